@@ -1,0 +1,16 @@
+"""rl_lightning: reinforcement learning written as ordinary PyTorch Lightning."""
+
+from rl_lightning.envs import CartPole, VectorEnv, make_envs, register, registered_env_ids
+from rl_lightning.nets import PolicyNetwork, QNetwork
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CartPole",
+    "PolicyNetwork",
+    "QNetwork",
+    "VectorEnv",
+    "make_envs",
+    "register",
+    "registered_env_ids",
+]
