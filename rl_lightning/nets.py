@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from torch import Tensor, nn
@@ -10,7 +11,7 @@ from torch import Tensor, nn
 def _mlp(in_features: int, hidden_sizes: Sequence[int], out_features: int) -> nn.Sequential:
     sizes = [in_features, *hidden_sizes, out_features]
     layers: list[nn.Module] = []
-    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
         layers.append(nn.Linear(fan_in, fan_out))
         if i < len(sizes) - 2:  # no activation on the output: values and logits are unbounded
             layers.append(nn.ReLU())
