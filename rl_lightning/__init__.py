@@ -1,5 +1,6 @@
 """rl_lightning: reinforcement learning written as ordinary PyTorch Lightning."""
 
+from rl_lightning.algos.vpg import VPGModule
 from rl_lightning.envs import CartPole, VectorEnv, make_envs, register, registered_env_ids
 from rl_lightning.nets import PolicyNetwork, QNetwork
 
@@ -9,6 +10,7 @@ __all__ = [
     "CartPole",
     "PolicyNetwork",
     "QNetwork",
+    "VPGModule",
     "VectorEnv",
     "make_envs",
     "register",

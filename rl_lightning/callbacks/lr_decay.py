@@ -1,0 +1,63 @@
+"""Linear learning-rate decay keyed on environment steps."""
+
+from __future__ import annotations
+
+import lightning as L
+
+
+def linear_schedule(start: float, end: float, fraction: float, progress: float) -> float:
+    """Value of a linear ramp from ``start`` to ``end`` over the first ``fraction`` of a run.
+
+    Args:
+        progress: fraction of the run done, in [0, 1] (clamped).
+    """
+    if fraction <= 0:
+        return end
+    ramp = min(1.0, max(progress, 0.0) / fraction)
+    return start + ramp * (end - start)
+
+
+class LinearLRDecay(L.Callback):
+    """Set every param group's LR from its initial ``lr`` to ``lr_end`` over the first
+    ``lr_frac`` of the run's environment steps, then hold ``lr_end``.
+
+    Progress is ``pl_module.env_steps / total_env_steps``; ``total_env_steps`` defaults to
+    ``trainer.estimated_stepping_batches * pl_module.env_steps_per_training_step``.
+
+    Args:
+        lr_end: final learning rate.
+        lr_frac: fraction of the total env steps over which to decay, in (0, 1].
+        total_env_steps: the run's length in env steps (None: derived from the Trainer).
+    """
+
+    def __init__(self, lr_end: float, lr_frac: float, total_env_steps: int | None = None):
+        if lr_end < 0:
+            raise ValueError(f"lr_end must be >= 0, got {lr_end}")
+        if not 0.0 < lr_frac <= 1.0:
+            raise ValueError(f"lr_frac must be in (0, 1], got {lr_frac}")
+        if total_env_steps is not None and total_env_steps < 1:
+            raise ValueError(f"total_env_steps must be >= 1 or None, got {total_env_steps}")
+        self.lr_end = lr_end
+        self.lr_frac = lr_frac
+        self.total_env_steps = total_env_steps
+        self._initial_lrs: list[float] = []
+
+    def _total(self, trainer: L.Trainer, pl_module: L.LightningModule) -> float:
+        if self.total_env_steps is not None:
+            return float(self.total_env_steps)
+        batches = trainer.estimated_stepping_batches
+        if batches == float("inf"):
+            raise ValueError("LinearLRDecay needs total_env_steps, or a Trainer with max_steps or max_epochs")
+        return batches * pl_module.env_steps_per_training_step
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._initial_lrs = [
+            group.get("initial_lr", group["lr"]) for group in trainer.optimizers[0].param_groups
+        ]
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx
+    ) -> None:
+        progress = pl_module.env_steps / self._total(trainer, pl_module)
+        for group, lr in zip(trainer.optimizers[0].param_groups, self._initial_lrs, strict=True):
+            group["lr"] = linear_schedule(lr, self.lr_end, self.lr_frac, progress)

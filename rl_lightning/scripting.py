@@ -1,0 +1,87 @@
+"""Command-line plumbing shared by the training scripts: a module's hyper-parameters and
+Lightning's Trainer flags as argparse options."""
+
+from __future__ import annotations
+
+import argparse
+import collections.abc
+import inspect
+import types
+import typing
+from typing import Any
+
+import lightning as L
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
+
+
+def _optional(convert):
+    def parse(text: str):
+        return None if text.lower() == "none" else convert(text)
+
+    parse.__name__ = convert.__name__
+    return parse
+
+
+def add_module_args(parser: argparse.ArgumentParser, module_cls: type[L.LightningModule]) -> None:
+    """Add one ``--name`` option per ``__init__`` argument of ``module_cls``, typed and
+    defaulted from its signature (``--hidden_sizes 64 64``, ``--clip_coef none``)."""
+    hints = typing.get_type_hints(module_cls.__init__)
+    group = parser.add_argument_group(f"{module_cls.__name__} hyper-parameters")
+    for name, param in inspect.signature(module_cls.__init__).parameters.items():
+        if name == "self":
+            continue
+        hint = hints.get(name, str)
+        args = typing.get_args(hint)
+        optional = type(None) in args or (isinstance(hint, types.UnionType) and type(None) in hint.__args__)
+        base = next((a for a in args if a is not type(None)), hint) if args else hint
+        kwargs: dict[str, Any] = {"default": param.default, "help": f"(default: {param.default})"}
+        if typing.get_origin(base) in (tuple, list, collections.abc.Sequence):
+            kwargs.update(nargs="+", type=int)
+        elif base is bool:
+            kwargs["type"] = _parse_bool
+        elif base in (int, float, str):
+            kwargs["type"] = _optional(base) if optional else base
+        group.add_argument(f"--{name}", **kwargs)
+
+
+def add_trainer_args(parser: argparse.ArgumentParser, max_steps: int) -> None:
+    """Add the Trainer flags the scripts pass through."""
+    group = parser.add_argument_group("Lightning Trainer flags")
+    group.add_argument("--accelerator", default="cpu", help="cpu, gpu, auto ... (default: cpu)")
+    group.add_argument("--devices", default="1", help="number of devices or 'auto' (default: 1)")
+    group.add_argument("--strategy", default="auto", help="auto, ddp, ddp_spawn ... (default: auto)")
+    group.add_argument(
+        "--precision", default="32-true", help="32-true, bf16-mixed, 16-mixed (default: 32-true)"
+    )
+    group.add_argument(
+        "--max_steps", type=int, default=max_steps, help=f"optimizer steps (default: {max_steps})"
+    )
+    group.add_argument("--default_root_dir", default=".", help="logs go to DIR/lightning_logs (default: .)")
+    group.add_argument("--num_threads", type=int, default=1, help="torch CPU threads (default: 1)")
+
+
+def module_kwargs(args: argparse.Namespace, module_cls: type[L.LightningModule]) -> dict[str, Any]:
+    """The parsed values of ``module_cls``'s hyper-parameters."""
+    names = [name for name in inspect.signature(module_cls.__init__).parameters if name != "self"]
+    return {name: getattr(args, name) for name in names}
+
+
+def trainer_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed Trainer flags, ready for ``L.Trainer(**...)``."""
+    devices: int | str = int(args.devices) if args.devices.isdigit() else args.devices
+    return dict(
+        accelerator=args.accelerator,
+        devices=devices,
+        strategy=args.strategy,
+        precision=args.precision,
+        max_steps=args.max_steps,
+        default_root_dir=args.default_root_dir,
+    )
