@@ -136,7 +136,7 @@ def sample_actions(logits: Tensor, generator: torch.Generator | None = None) -> 
     # Inverse-CDF sampling: one uniform per row against the cumulative probabilities. Four
     # small kernels, cheaper than torch.multinomial for a handful of actions.
     cdf = log_probs.exp().cumsum(dim=-1)
-    uniform = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=logits.device)
+    uniform = torch.rand((*cdf.shape[:-1], 1), generator=generator, device=logits.device)
     actions = (cdf < uniform).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
     return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
