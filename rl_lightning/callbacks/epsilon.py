@@ -1,0 +1,70 @@
+"""Linear epsilon decay for epsilon-greedy exploration, keyed on environment steps."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning as L
+
+
+class EpsilonDecay(L.Callback):
+    """Sets ``pl_module.epsilon`` from ``pl_module.env_steps``: linear from ``start`` to ``end``
+    over the first ``fraction`` of the run's env steps, then ``end``.
+
+    The value is set at the start of training and after every training step, i.e. before the
+    env steps of the next one.
+
+    Args:
+        start: epsilon at env step 0, in [0, 1].
+        end: epsilon after the decay, in [0, 1].
+        fraction: part of the run's env steps the decay spans, in [0, 1] (0: ``end`` at once).
+        total_env_steps: the run's env steps; None uses
+            ``trainer.estimated_stepping_batches * pl_module.env_steps_per_training_step``.
+    """
+
+    def __init__(
+        self, start: float = 1.0, end: float = 0.05, fraction: float = 0.5, total_env_steps: int | None = None
+    ):
+        for name, value in (("start", start), ("end", end), ("fraction", fraction)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be a float in [0, 1], got {value!r}")
+        if total_env_steps is not None and (
+            isinstance(total_env_steps, bool) or not isinstance(total_env_steps, int) or total_env_steps < 1
+        ):
+            raise ValueError(f"total_env_steps must be a positive int or None, got {total_env_steps!r}")
+        self.start = float(start)
+        self.end = float(end)
+        self.fraction = float(fraction)
+        self.total_env_steps = total_env_steps
+
+    def value(self, env_steps: int, total_env_steps: int | None = None) -> float:
+        """Epsilon after ``env_steps`` env steps of a run of ``total_env_steps``."""
+        total = self.total_env_steps if total_env_steps is None else total_env_steps
+        if total is None:
+            raise ValueError(
+                "total_env_steps is unknown: pass it here or to EpsilonDecay(total_env_steps=...)"
+            )
+        decay_steps = self.fraction * total
+        if decay_steps <= 0:
+            return self.end
+        progress = min(1.0, env_steps / decay_steps)
+        return self.start + (self.end - self.start) * progress
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.total_env_steps is None:
+            batches = trainer.estimated_stepping_batches
+            if not math.isfinite(batches):
+                raise ValueError(
+                    "EpsilonDecay needs the run's length: set Trainer(max_steps=...) or max_epochs, "
+                    "or pass EpsilonDecay(total_env_steps=...)"
+                )
+            self._run_env_steps = int(batches) * pl_module.env_steps_per_training_step
+        else:
+            self._run_env_steps = self.total_env_steps
+        pl_module.epsilon = self.value(pl_module.env_steps, self._run_env_steps)
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        pl_module.epsilon = self.value(pl_module.env_steps, self._run_env_steps)
