@@ -1,0 +1,280 @@
+"""Rollout videos: a grid of envs per frame, MP4/GIF encoding, and GIF image summaries for TensorBoard.
+
+Everything is numpy/torch + imageio (Pillow for GIF, imageio-ffmpeg for MP4): no moviepy, no
+OpenCV, no display. ``SummaryWriter.add_video`` needs moviepy, so videos reach TensorBoard as an
+animated GIF inside an image summary, which the Images tab plays as an animation.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+
+import imageio.v2 as imageio
+import numpy as np
+import torch
+from PIL import Image
+from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+from torch import Tensor
+from torch.utils.tensorboard import SummaryWriter
+
+#: Colour of the lines between cells.
+BORDER_COLOR = (128, 128, 128)
+#: Colour of grid cells with no env in them.
+BLANK_COLOR = (0, 0, 0)
+#: Width in pixels of the ring painted inside a flashing cell (visible even for drawings with
+#: no white background, such as the probes' grey squares).
+FLASH_RING_WIDTH = 3
+# Frames drawn per call of ``draw``: bounds the renderer's float temporaries (CartPole makes a
+# handful of float (frames, 100, 150) tensors) whatever the rollout length.
+_FRAMES_PER_DRAW = 256
+
+
+def episode_end_flash(dones: Tensor, flash_frames: int) -> Tensor:
+    """Which (env, step) cells flash: ``flash_frames`` steps starting where an episode ended.
+
+    Args:
+        dones: bool ``(num_envs, num_steps)``; ``dones[e, t]``: env e's episode ended on step t.
+        flash_frames: how many frames each flash lasts (0: none).
+
+    Returns:
+        bool ``(num_envs, num_steps)``: True on steps t .. t + flash_frames - 1 after each done.
+    """
+    dones = torch.as_tensor(dones, device="cpu").bool()
+    flash = torch.zeros_like(dones)
+    num_steps = dones.shape[1]
+    for delay in range(min(flash_frames, num_steps)):
+        flash[:, delay:] |= dones[:, : num_steps - delay]
+    return flash
+
+
+def iter_grid_frames(
+    obs: Tensor,
+    dones: Tensor,
+    draw: Callable[[Tensor], Tensor],
+    grid: tuple[int, int] = (4, 4),
+    flash_frames: int = 3,
+    flash_color: tuple[int, int, int] = (255, 105, 180),
+    border: int = 2,
+) -> Iterator[np.ndarray]:
+    """Yield the frames of :func:`grid_frames` one at a time, rendering a chunk of steps at once.
+
+    Memory stays bounded by one chunk whatever the rollout length, so the result can be streamed
+    into :func:`encode_mp4` / :func:`encode_gif`. Arguments as in :func:`grid_frames`.
+
+    Yields:
+        uint8 ``(height, width, 3)`` frames, ``num_steps`` of them (views of a reused buffer:
+        copy one to keep it past the next iteration).
+    """
+    rows, cols = grid
+    if rows < 1 or cols < 1:
+        raise ValueError(f"grid must be (rows, cols) with both >= 1, got {grid!r}")
+    if flash_frames < 0 or border < 0:
+        raise ValueError(f"flash_frames and border must be >= 0, got {flash_frames} and {border}")
+    if obs.ndim < 2 or tuple(dones.shape) != tuple(obs.shape[:2]):
+        raise ValueError(
+            f"obs must be (num_envs, num_steps, *obs_shape) and dones (num_envs, num_steps), "
+            f"got {tuple(obs.shape)} and {tuple(dones.shape)}"
+        )
+    num_envs, num_steps = min(obs.shape[0], rows * cols), obs.shape[1]
+    obs = obs[:num_envs]
+    flash = episode_end_flash(dones[:num_envs], flash_frames)
+    pink = torch.tensor(flash_color, dtype=torch.uint8)
+
+    steps_per_chunk = max(1, _FRAMES_PER_DRAW // num_envs)
+    buffer: np.ndarray | None = None
+    for start in range(0, num_steps, steps_per_chunk):
+        stop = min(start + steps_per_chunk, num_steps)
+        cells = draw(obs[:, start:stop])  # (num_envs, chunk, h, w, 3) uint8
+        height, width = cells.shape[-3:-1]
+        if buffer is None:
+            buffer, ring = _empty_grid(steps_per_chunk, rows, cols, height, width, border, num_envs)
+        cells = _paint_flash(cells, flash[:, start:stop], ring, pink).numpy()
+        for env in range(num_envs):
+            top, left = (env // cols) * (height + border), (env % cols) * (width + border)
+            buffer[: stop - start, top : top + height, left : left + width] = cells[env]
+        yield from buffer[: stop - start]
+
+
+def grid_frames(
+    obs: Tensor,
+    dones: Tensor,
+    draw: Callable[[Tensor], Tensor],
+    grid: tuple[int, int] = (4, 4),
+    flash_frames: int = 3,
+    flash_color: tuple[int, int, int] = (255, 105, 180),
+    border: int = 2,
+) -> np.ndarray:
+    """Render a rollout as one video of a grid of envs, flashing each cell where an episode ends.
+
+    The first ``rows * cols`` envs fill the grid row by row; with fewer envs the remaining cells
+    stay blank (``BLANK_COLOR``), so the frame size depends on ``grid`` and the drawing only.
+    A flashing cell has its white background and a ring of ``FLASH_RING_WIDTH`` pixels along its
+    edge painted ``flash_color``, on frames t .. t + flash_frames - 1 for every ``dones[e, t]``.
+
+    Args:
+        obs: ``(num_envs, num_steps, *obs_shape)`` observations of a rollout (env-major).
+        dones: bool ``(num_envs, num_steps)``; ``dones[e, t]``: env e's episode ended on step t
+            (``obs[e, t + 1]`` is the first obs of its next episode).
+        draw: the env's ``draw``: ``(*batch, *obs_shape)`` -> uint8 ``(*batch, h, w, 3)``.
+        grid: ``(rows, cols)`` of cells.
+        flash_frames: frames a flash lasts (0: no flashes).
+        flash_color: RGB of the flash.
+        border: pixels of ``BORDER_COLOR`` between neighbouring cells (none around the grid).
+
+    Returns:
+        uint8 ``(num_steps, rows * h + (rows - 1) * border, cols * w + (cols - 1) * border, 3)``.
+    """
+    frames = iter_grid_frames(obs, dones, draw, grid, flash_frames, flash_color, border)
+    first = next(frames)
+    video = np.empty((obs.shape[1], *first.shape), dtype=np.uint8)
+    video[0] = first
+    for step, frame in enumerate(frames, start=1):
+        video[step] = frame
+    return video
+
+
+def _empty_grid(
+    num_frames: int, rows: int, cols: int, height: int, width: int, border: int, num_envs: int
+) -> tuple[np.ndarray, Tensor]:
+    """A ``(num_frames, H, W, 3)`` buffer with borders and blank cells painted, and the flash ring."""
+    buffer = np.empty(
+        (num_frames, rows * height + (rows - 1) * border, cols * width + (cols - 1) * border, 3),
+        dtype=np.uint8,
+    )
+    buffer[:] = BORDER_COLOR
+    for cell in range(num_envs, rows * cols):
+        top, left = (cell // cols) * (height + border), (cell % cols) * (width + border)
+        buffer[:, top : top + height, left : left + width] = BLANK_COLOR
+    ring = torch.ones(height, width, dtype=torch.bool)
+    ring[FLASH_RING_WIDTH:-FLASH_RING_WIDTH, FLASH_RING_WIDTH:-FLASH_RING_WIDTH] = False
+    return buffer, ring
+
+
+def _paint_flash(cells: Tensor, flash: Tensor, ring: Tensor, color: Tensor) -> Tensor:
+    """Paint ``color`` over the white pixels and the edge ``ring`` of cells whose ``flash`` is set.
+
+    Args:
+        cells: uint8 ``(num_envs, chunk, h, w, 3)``; flash: bool ``(num_envs, chunk)``;
+        ring: bool ``(h, w)``; color: uint8 ``(3,)``.
+    """
+    if not flash.any():
+        return cells
+    white = (cells == 255).all(dim=-1)
+    mask = (white | ring) & flash[:, :, None, None]
+    return torch.where(mask.unsqueeze(-1), color, cells)
+
+
+def _frames_and_size(frames: Iterable[np.ndarray]) -> tuple[Iterator[np.ndarray], int, int]:
+    """Peek at the first frame: return an iterator over all frames, and their height and width."""
+    frames = iter(frames)
+    try:
+        first = np.asarray(next(frames))
+    except StopIteration:
+        raise ValueError("cannot encode a video with no frames") from None
+    if first.dtype != np.uint8 or first.ndim != 3 or first.shape[-1] != 3:
+        raise ValueError(f"frames must be uint8 (height, width, 3), got {first.dtype} {first.shape}")
+
+    def chained() -> Iterator[np.ndarray]:
+        yield first
+        yield from frames
+
+    return chained(), first.shape[0], first.shape[1]
+
+
+def encode_mp4(frames: Iterable[np.ndarray], fps: float) -> bytes:
+    """Encode frames as an H.264 MP4 (yuv420p, so any browser or player shows it).
+
+    Odd heights/widths are padded by one black row/column: yuv420p needs even sizes.
+
+    Args:
+        frames: uint8 ``(num_frames, height, width, 3)``, or any iterable of ``(height, width, 3)``.
+        fps: frames per second.
+
+    Returns:
+        The bytes of the .mp4 file, ``ceil2(height) x ceil2(width)`` pixels.
+    """
+    frames, height, width = _frames_and_size(frames)
+    pad = ((0, height % 2), (0, width % 2), (0, 0))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "video.mp4")
+        # macro_block_size=1: imageio would otherwise resize to multiples of 16.
+        with imageio.get_writer(
+            path, format="FFMPEG", fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=1
+        ) as writer:
+            for frame in frames:
+                writer.append_data(np.pad(frame, pad) if height % 2 or width % 2 else frame)
+        with open(path, "rb") as file:
+            return file.read()
+
+
+def encode_gif(frames: Iterable[np.ndarray], fps: float) -> bytes:
+    """Encode frames as a looping animated GIF.
+
+    GIF delays are whole centiseconds and browsers slow delays under 2 cs down to 10 cs, so the
+    frame time is clamped to at least 20 ms (fps above 50 plays at 50). Pillow merges identical
+    consecutive frames into one longer frame, which plays the same.
+
+    Args:
+        frames: uint8 ``(num_frames, height, width, 3)``, or any iterable of ``(height, width, 3)``.
+        fps: frames per second.
+
+    Returns:
+        The bytes of the .gif file.
+    """
+    frames, _, _ = _frames_and_size(frames)
+    images = _palette_images(frames)
+    first = next(images)
+    output = io.BytesIO()
+    duration_ms = max(20, round(1000 / fps))
+    first.save(output, format="GIF", save_all=True, append_images=images, duration=duration_ms, loop=0)
+    return output.getvalue()
+
+
+def _palette_images(frames: Iterator[np.ndarray]) -> Iterator[Image.Image]:
+    """Frames as palette images with their exact colours while the video has at most 256 of them.
+
+    Rendered envs use a handful of colours, and an exact lookup is lossless and ~20x faster
+    than Pillow quantising every frame; frames that would overflow 256 colours fall back to it.
+    """
+    index_of_color = np.full(1 << 24, -1, dtype=np.int16)  # RGB as 24-bit int -> palette index
+    palette: list[int] = []  # the palette's colours as 24-bit ints, in index order
+    for frame in frames:
+        color = (frame[..., 0].astype(np.int32) << 16) | (frame[..., 1].astype(np.int32) << 8) | frame[..., 2]
+        index = index_of_color[color]
+        unseen = index < 0
+        if unseen.any():
+            new_colors = np.unique(color[unseen])
+            if len(palette) + len(new_colors) > 256:
+                yield Image.fromarray(np.ascontiguousarray(frame)).convert("P", palette=Image.Palette.ADAPTIVE)
+                continue
+            index_of_color[new_colors] = np.arange(len(palette), len(palette) + len(new_colors))
+            palette.extend(new_colors.tolist())
+            index = index_of_color[color]
+        image = Image.fromarray(index.astype(np.uint8))
+        image.putpalette([channel for rgb in palette for channel in (rgb >> 16, (rgb >> 8) & 255, rgb & 255)])
+        yield image
+
+
+def video_summary(tag: str, frames: Iterable[np.ndarray], fps: float, caption: str | None = None) -> Summary:
+    """An image summary holding an animated GIF: TensorBoard's Images tab plays it.
+
+    Args:
+        tag: the summary's tag (its card in the Images tab), e.g. ``"videos/rollout"``.
+        frames: uint8 ``(num_frames, height, width, 3)``, or any iterable of ``(height, width, 3)``.
+        fps: frames per second.
+        caption: markdown shown as the card's description. TensorBoard keeps the description of
+            a tag's *first* summary only, so use it for what stays true (what the colours mean);
+            per-step text belongs in ``writer.add_text``.
+    """
+    frames, height, width = _frames_and_size(frames)
+    image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=encode_gif(frames, fps))
+    metadata = SummaryMetadata(summary_description=caption or "")
+    return Summary(value=[Summary.Value(tag=tag, image=image, metadata=metadata)])
+
+
+def write_summary(experiment: SummaryWriter, summary: Summary, step: int) -> None:
+    """Append ``summary`` at ``step`` to a SummaryWriter (e.g. ``TensorBoardLogger.experiment``)."""
+    experiment._get_file_writer().add_summary(summary, step)
