@@ -1,0 +1,69 @@
+"""VPG learns: the probes' optimal policies and a solved CartPole, seeded and on CPU."""
+
+import lightning as L
+import pytest
+import torch
+
+from rl_lightning import VPGModule
+
+
+def _fit(module: VPGModule, max_steps: int, callbacks=()) -> L.Trainer:
+    trainer = L.Trainer(
+        max_steps=max_steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=list(callbacks),
+    )
+    trainer.fit(module)
+    return trainer
+
+
+def _probe_module(probe: int) -> VPGModule:
+    # The seeds' probe settings: short rollouts of one-step episodes, raw returns.
+    return VPGModule(
+        env_id=f"Probe{probe}-v0",
+        num_envs=4,
+        num_steps_per_rollout=16,
+        lr=5e-3,
+        normalize_returns=False,
+        clip_coef=None,
+        seed=0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("probe", "env_steps", "obs", "expected_probs"),
+    [
+        (4, 2500, [[0.0]], [[0.0, 1.0]]),
+        (5, 5000, [[0.0], [1.0]], [[1.0, 0.0], [0.0, 1.0]]),
+    ],
+)
+def test_vpg_probe_learns_optimal_policy_within_2e_3(probe, env_steps, obs, expected_probs):
+    """Probe4: always action 1; Probe5: action = obs. Action probabilities within 2e-3."""
+    module = _probe_module(probe)
+    _fit(module, max_steps=env_steps // (4 * 16))
+    with torch.no_grad():
+        probs = module.policy_network(torch.tensor(obs)).softmax(-1)
+    torch.testing.assert_close(probs, torch.tensor(expected_probs), atol=2e-3, rtol=0)
+
+
+class _StopWhenSolved(L.Callback):
+    def __init__(self, threshold: float):
+        self.threshold = threshold
+        self.returns: list[float] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.returns.append(pl_module.source.last_stats.returns.mean().item())
+        if self.returns[-1] >= self.threshold:
+            trainer.should_stop = True
+
+
+def test_vpg_solves_cartpole_mean_first_episode_return_475_within_default_budget():
+    """Default hyper-parameters (32 envs x 500 steps, lr 2e-2) reach a mean first-episode
+    return >= 475 within train_vpg.py's default budget of 50 updates (seed 1 needs ~14)."""
+    stopper = _StopWhenSolved(475.0)
+    _fit(VPGModule(seed=1), max_steps=50, callbacks=[stopper])
+    assert max(stopper.returns) >= 475.0, stopper.returns
+    assert stopper.returns[0] < 100  # it started from a random policy

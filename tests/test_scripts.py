@@ -1,0 +1,47 @@
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_train_vpg_script_trains_logs_and_checkpoints(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "train_vpg.py"),
+            "--max_steps",
+            "2",
+            "--num_envs",
+            "8",
+            "--num_steps_per_rollout",
+            "30",
+            "--hidden_sizes",
+            "16",
+            "16",
+            "--clip_coef",
+            "none",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "done: 480 env steps" in result.stdout
+    checkpoints = list((tmp_path / "lightning_logs" / "version_0" / "checkpoints").glob("*.ckpt"))
+    assert len(checkpoints) == 1
+    assert list((tmp_path / "lightning_logs" / "version_0").glob("events.out.tfevents.*"))
+    assert str(checkpoints[0].name) in result.stdout
+
+
+def test_train_vpg_script_rejects_bad_hyperparameters(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "train_vpg.py"), "--env_id", "Nope-v0", "--max_steps", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "unknown env_id 'Nope-v0'" in result.stderr
