@@ -39,9 +39,12 @@ def add_module_args(parser: argparse.ArgumentParser, module_cls: type[L.Lightnin
         if name == "self":
             continue
         hint = hints.get(name, str)
-        args = typing.get_args(hint)
-        optional = type(None) in args or (isinstance(hint, types.UnionType) and type(None) in hint.__args__)
-        base = next((a for a in args if a is not type(None)), hint) if args else hint
+        optional = False
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            members = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+            optional = len(members) < len(typing.get_args(hint))
+            hint = members[0]
+        base = hint
         kwargs: dict[str, Any] = {"default": param.default, "help": f"(default: {param.default})"}
         if typing.get_origin(base) in (tuple, list, collections.abc.Sequence):
             kwargs.update(nargs="+", type=int)
