@@ -68,34 +68,8 @@ def iter_grid_frames(
         uint8 ``(height, width, 3)`` frames, ``num_steps`` of them (views of a reused buffer:
         copy one to keep it past the next iteration).
     """
-    rows, cols = grid
-    if rows < 1 or cols < 1:
-        raise ValueError(f"grid must be (rows, cols) with both >= 1, got {grid!r}")
-    if flash_frames < 0 or border < 0:
-        raise ValueError(f"flash_frames and border must be >= 0, got {flash_frames} and {border}")
-    if obs.ndim < 2 or tuple(dones.shape) != tuple(obs.shape[:2]):
-        raise ValueError(
-            f"obs must be (num_envs, num_steps, *obs_shape) and dones (num_envs, num_steps), "
-            f"got {tuple(obs.shape)} and {tuple(dones.shape)}"
-        )
-    num_envs, num_steps = min(obs.shape[0], rows * cols), obs.shape[1]
-    obs = obs[:num_envs]
-    flash = episode_end_flash(dones[:num_envs], flash_frames)
-    pink = torch.tensor(flash_color, dtype=torch.uint8)
-
-    steps_per_chunk = max(1, _FRAMES_PER_DRAW // num_envs)
-    buffer: np.ndarray | None = None
-    for start in range(0, num_steps, steps_per_chunk):
-        stop = min(start + steps_per_chunk, num_steps)
-        cells = draw(obs[:, start:stop])  # (num_envs, chunk, h, w, 3) uint8
-        height, width = cells.shape[-3:-1]
-        if buffer is None:
-            buffer, ring = _empty_grid(steps_per_chunk, rows, cols, height, width, border, num_envs)
-        cells = _paint_flash(cells, flash[:, start:stop], ring, pink).numpy()
-        for env in range(num_envs):
-            top, left = (env // cols) * (height + border), (env % cols) * (width + border)
-            buffer[: stop - start, top : top + height, left : left + width] = cells[env]
-        yield from buffer[: stop - start]
+    for chunk, _ in _grid_chunks(obs, dones, draw, grid, flash_frames, flash_color, border):
+        yield from chunk
 
 
 def grid_frames(
@@ -127,44 +101,72 @@ def grid_frames(
     Returns:
         uint8 ``(num_steps, rows * h + (rows - 1) * border, cols * w + (cols - 1) * border, 3)``.
     """
-    frames = iter_grid_frames(obs, dones, draw, grid, flash_frames, flash_color, border)
-    first = next(frames)
-    video = np.empty((obs.shape[1], *first.shape), dtype=np.uint8)
-    video[0] = first
-    for step, frame in enumerate(frames, start=1):
-        video[step] = frame
+    chunks = _grid_chunks(obs, dones, draw, grid, flash_frames, flash_color, border, whole_video=True)
+    for _, buffer in chunks:
+        video = buffer  # every chunk was rendered in place into this whole-video buffer
     return video
 
 
-def _empty_grid(
-    num_frames: int, rows: int, cols: int, height: int, width: int, border: int, num_envs: int
-) -> tuple[np.ndarray, Tensor]:
-    """A ``(num_frames, H, W, 3)`` buffer with borders and blank cells painted, and the flash ring."""
-    buffer = np.empty(
-        (num_frames, rows * height + (rows - 1) * border, cols * width + (cols - 1) * border, 3),
-        dtype=np.uint8,
-    )
-    buffer[:] = BORDER_COLOR
+def _grid_chunks(
+    obs: Tensor,
+    dones: Tensor,
+    draw: Callable[[Tensor], Tensor],
+    grid: tuple[int, int],
+    flash_frames: int,
+    flash_color: tuple[int, int, int],
+    border: int,
+    whole_video: bool = False,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield ``(chunk, buffer)``: uint8 ``(chunk_steps, H, W, 3)`` grid frames, a view of ``buffer``.
+
+    ``buffer`` holds one chunk and is reused, or with ``whole_video`` holds all ``num_steps``
+    frames, each chunk rendered in place (no copy for :func:`grid_frames`).
+    """
+    rows, cols = grid
+    if rows < 1 or cols < 1:
+        raise ValueError(f"grid must be (rows, cols) with both >= 1, got {grid!r}")
+    if flash_frames < 0 or border < 0:
+        raise ValueError(f"flash_frames and border must be >= 0, got {flash_frames} and {border}")
+    if obs.ndim < 2 or obs.shape[1] < 1 or tuple(dones.shape) != tuple(obs.shape[:2]):
+        raise ValueError(
+            f"obs must be (num_envs, num_steps >= 1, *obs_shape) and dones (num_envs, num_steps), "
+            f"got {tuple(obs.shape)} and {tuple(dones.shape)}"
+        )
+    num_envs, num_steps = min(obs.shape[0], rows * cols), obs.shape[1]
+    flash = episode_end_flash(dones[:num_envs], flash_frames).numpy()
+
+    steps_per_chunk = max(1, _FRAMES_PER_DRAW // num_envs)
+    ring = None
+    for start in range(0, num_steps, steps_per_chunk):
+        stop = min(start + steps_per_chunk, num_steps)
+        cells = draw(obs[:num_envs, start:stop]).numpy()  # (num_envs, chunk, h, w, 3) uint8
+        height, width = cells.shape[-3:-1]
+        if ring is None:
+            grid_shape = (rows * height + (rows - 1) * border, cols * width + (cols - 1) * border, 3)
+            buffer = np.empty((num_steps if whole_video else steps_per_chunk, *grid_shape), dtype=np.uint8)
+            ring = np.ones((height, width), dtype=bool)
+            ring[FLASH_RING_WIDTH:-FLASH_RING_WIDTH, FLASH_RING_WIDTH:-FLASH_RING_WIDTH] = False
+        chunk = buffer[start:stop] if whole_video else buffer[: stop - start]
+        _paint_background(chunk, cols, height, width, border, num_envs)
+        for env in range(num_envs):
+            top, left = (env // cols) * (height + border), (env % cols) * (width + border)
+            chunk[:, top : top + height, left : left + width] = cells[env]
+            for step in np.flatnonzero(flash[env, start:stop]):
+                cell = chunk[step, top : top + height, left : left + width]
+                cell[(cell == 255).all(axis=-1) | ring] = flash_color
+        yield chunk, buffer
+
+
+def _paint_background(chunk: np.ndarray, cols: int, height: int, width: int, border: int, num_envs: int) -> None:
+    """Paint the border lines and the cells with no env of ``chunk`` (num_frames, H, W, 3)."""
+    for line in range(height, chunk.shape[1], height + border):
+        chunk[:, line : line + border] = BORDER_COLOR
+    for line in range(width, chunk.shape[2], width + border):
+        chunk[:, :, line : line + border] = BORDER_COLOR
+    rows = (chunk.shape[1] + border) // (height + border)
     for cell in range(num_envs, rows * cols):
         top, left = (cell // cols) * (height + border), (cell % cols) * (width + border)
-        buffer[:, top : top + height, left : left + width] = BLANK_COLOR
-    ring = torch.ones(height, width, dtype=torch.bool)
-    ring[FLASH_RING_WIDTH:-FLASH_RING_WIDTH, FLASH_RING_WIDTH:-FLASH_RING_WIDTH] = False
-    return buffer, ring
-
-
-def _paint_flash(cells: Tensor, flash: Tensor, ring: Tensor, color: Tensor) -> Tensor:
-    """Paint ``color`` over the white pixels and the edge ``ring`` of cells whose ``flash`` is set.
-
-    Args:
-        cells: uint8 ``(num_envs, chunk, h, w, 3)``; flash: bool ``(num_envs, chunk)``;
-        ring: bool ``(h, w)``; color: uint8 ``(3,)``.
-    """
-    if not flash.any():
-        return cells
-    white = (cells == 255).all(dim=-1)
-    mask = (white | ring) & flash[:, :, None, None]
-    return torch.where(mask.unsqueeze(-1), color, cells)
+        chunk[:, top : top + height, left : left + width] = BLANK_COLOR
 
 
 def _frames_and_size(frames: Iterable[np.ndarray]) -> tuple[Iterator[np.ndarray], int, int]:
