@@ -1,0 +1,73 @@
+"""The ``rl-lightning`` command (also ``python -m rl_lightning``): Lightning's ``LightningCLI`` over our modules.
+
+    rl-lightning fit --config configs/vpg_cartpole.yaml
+    rl-lightning fit --config configs/dqn_cartpole.yaml --trainer.max_steps 2000
+    rl-lightning fit --model VPGModule --model.init_args.num_envs 64 --trainer.precision bf16-mixed
+    rl-lightning fit --config configs/vpg_cartpole.yaml --print_config      (the full config, YAML)
+    rl-lightning fit --model.help VPGModule                                 (a module's hyper-parameters)
+
+Each module builds its own envs and data in ``train_dataloader``, so there is no ``--data``. Logs,
+checkpoints and the run's ``config.yaml`` go to ``<trainer.default_root_dir>/lightning_logs/version_N``.
+"""
+
+from __future__ import annotations
+
+import torch
+from jsonargparse.typing import PositiveInt
+from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
+
+from rl_lightning.algos.dqn import DQNModule
+from rl_lightning.algos.vpg import VPGModule
+
+# The modules ``--model`` accepts, by short name (``--model DQNModule``) or class path.
+MODEL_CLASSES = (VPGModule, DQNModule)
+
+# RL on small MLPs: the envs are torch tensors on the module's device, and on CPU one process
+# with few threads is fastest. One optimizer step is one rollout or one replay batch, so log each.
+TRAINER_DEFAULTS = {"accelerator": "cpu", "devices": 1, "log_every_n_steps": 1}
+
+
+class RLLightningCLI(LightningCLI):
+    """``LightningCLI`` with ``--model`` limited to :data:`MODEL_CLASSES` and a ``--num_threads`` option."""
+
+    def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        # As LightningCLI's, but ``--model`` takes only our modules (a tuple of base classes, which
+        # LightningCLI's ``model_class`` can't express), and there is no ``--data``.
+        parser.add_lightning_class_args(self.trainer_class, "trainer")
+        parser.set_defaults({f"trainer.{key}": value for key, value in self.trainer_defaults.items()})
+        parser.add_subclass_arguments(MODEL_CLASSES, "model", fail_untyped=False, required=True)
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_argument(
+            "--num_threads", type=PositiveInt, default=1, help="torch CPU threads (torch.set_num_threads)"
+        )
+
+    def before_instantiate_classes(self) -> None:
+        torch.set_num_threads(self.config[self.subcommand].num_threads)
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except ValueError as error:
+            # A value its type allows but the module rejects (num_envs 0, an unknown env_id):
+            # report it like any other bad option, with exit status 2, not as a traceback.
+            self._parser(self.subcommand).error(str(error), error)
+
+
+def make_cli(args: ArgsType = None) -> RLLightningCLI:
+    """Parse ``args`` (None: ``sys.argv[1:]``), build the module and Trainer, run the subcommand
+    (``fit`` ...) and return the CLI (``.model``, ``.trainer``, ``.config``)."""
+    return RLLightningCLI(
+        trainer_defaults=TRAINER_DEFAULTS,
+        # Each module seeds its networks, envs and sampling from its own ``seed`` hyper-parameter.
+        seed_everything_default=False,
+        # The modules make their own Adam from ``lr``; a second ``--optimizer`` would silently win.
+        auto_configure_optimizers=False,
+        save_config_kwargs={"overwrite": True},
+        args=args,
+    )
+
+
+def main(args: ArgsType = None) -> None:
+    """The ``rl-lightning`` console script and ``python -m rl_lightning``."""
+    make_cli(args)
