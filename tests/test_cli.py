@@ -1,0 +1,188 @@
+import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import rl_lightning.__main__
+from rl_lightning.cli import main, make_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+VPG_CONFIG = ROOT / "configs" / "vpg_cartpole.yaml"
+DQN_CONFIG = ROOT / "configs" / "dqn_cartpole.yaml"
+# 2 optimizer steps of 8 envs x 20 steps: a second or two.
+TINY_VPG = [
+    "--trainer.max_steps=2",
+    "--model.init_args.num_envs=8",
+    "--model.init_args.num_steps_per_rollout=20",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+]
+TINY_DQN = [
+    "--trainer.max_steps=5",
+    "--model.init_args.num_envs=4",
+    "--model.init_args.buffer_size=64",
+    "--model.init_args.batch_size=8",
+    "--model.init_args.learning_starts=8",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+]
+
+
+@pytest.fixture(autouse=True)
+def _no_pytest_argv(monkeypatch):
+    # LightningCLI warns when given both args and a command line (pytest's).
+    monkeypatch.setattr(sys, "argv", ["rl-lightning"])
+    yield
+    torch.set_num_threads(1)
+
+
+def _printed_config(args: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--print_config"])
+    assert exit_info.value.code in (0, None)
+    return capsys.readouterr().out
+
+
+def _version_0(root: Path) -> Path:
+    return root / "lightning_logs" / "version_0"
+
+
+def test_python_m_rl_lightning_fits_the_vpg_config_and_saves_checkpoint_and_config(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rl_lightning",
+            "fit",
+            "--config",
+            str(VPG_CONFIG),
+            *TINY_VPG,
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = _version_0(tmp_path)
+    checkpoints = list((run_dir / "checkpoints").glob("*.ckpt"))
+    assert [path.name for path in checkpoints] == ["epoch=1-step=2.ckpt"]
+    checkpoint = torch.load(checkpoints[0], weights_only=False)
+    assert checkpoint["rl_lightning"]["env_steps"] == 2 * 8 * 20
+    assert checkpoint["hyper_parameters"]["num_envs"] == 8
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["model"]["class_path"] == "rl_lightning.VPGModule"
+    assert saved["model"]["init_args"]["num_steps_per_rollout"] == 20
+    assert saved["model"]["init_args"]["lr"] == 0.02  # from the config file
+    assert saved["trainer"]["max_steps"] == 2
+    assert saved["trainer"]["log_every_n_steps"] == 1  # the CLI's Trainer default
+
+
+def test_print_config_has_the_overrides_and_round_trips(tmp_path, capsys):
+    overrides = ["--model.init_args.num_envs=8", "--model.init_args.gamma=0.9", "--trainer.max_steps=7"]
+    printed = _printed_config(["fit", "--config", str(VPG_CONFIG), *overrides], capsys)
+    config = yaml.safe_load(printed)
+    assert config["model"]["class_path"] == "rl_lightning.VPGModule"
+    init_args = config["model"]["init_args"]
+    assert (init_args["num_envs"], init_args["gamma"], init_args["num_steps_per_rollout"]) == (8, 0.9, 500)
+    assert init_args["hidden_sizes"] == [120, 84]
+    assert config["trainer"]["max_steps"] == 7
+    assert config["trainer"]["accelerator"] == "cpu"
+    assert config["num_threads"] == 1
+
+    saved = tmp_path / "printed.yaml"
+    saved.write_text(printed)
+    assert _printed_config(["fit", "--config", str(saved)], capsys) == printed
+
+
+def test_dqn_config_round_trips(tmp_path, capsys):
+    printed = _printed_config(["fit", "--config", str(DQN_CONFIG)], capsys)
+    assert yaml.safe_load(printed)["model"]["class_path"].endswith("DQNModule")
+    saved = tmp_path / "printed.yaml"
+    saved.write_text(printed)
+    assert _printed_config(["fit", "--config", str(saved)], capsys) == printed
+
+
+@pytest.mark.parametrize("config_path", [VPG_CONFIG, DQN_CONFIG])
+def test_each_config_sets_every_hyper_parameter_to_the_module_default(config_path, capsys):
+    # The configs are the tuned defaults written out: the same as --model NAME with no config.
+    config = yaml.safe_load(config_path.read_text())
+    short_name = config["model"]["class_path"].rsplit(".", 1)[-1]
+    defaults = yaml.safe_load(_printed_config(["fit", "--model", short_name], capsys))["model"]["init_args"]
+    assert config["model"]["init_args"] == defaults
+
+
+def test_model_short_names_select_our_modules_and_nothing_else(capsys):
+    printed = yaml.safe_load(_printed_config(["fit", "--model", "DQNModule"], capsys))
+    assert printed["model"]["class_path"] in ("rl_lightning.DQNModule", "rl_lightning.algos.dqn.DQNModule")
+    assert printed["model"]["init_args"]["buffer_size"] == 50_000
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model", "lightning.pytorch.demos.boring_classes.BoringModel"])
+    assert exit_info.value.code == 2
+
+
+def test_dqn_config_fits_with_tiny_settings(tmp_path):
+    cli = make_cli(["fit", "--config", str(DQN_CONFIG), *TINY_DQN, "--trainer.default_root_dir", str(tmp_path)])
+    assert cli.trainer.global_step == 5
+    assert cli.model.hparams.buffer_size == 64
+    assert (_version_0(tmp_path) / "config.yaml").is_file()
+    assert [path.name for path in (_version_0(tmp_path) / "checkpoints").glob("*.ckpt")] == ["epoch=0-step=5.ckpt"]
+
+
+def test_bf16_mixed_precision_fits_vpg_on_cpu(tmp_path):
+    cli = make_cli(
+        [
+            "fit",
+            "--config",
+            str(VPG_CONFIG),
+            *TINY_VPG,
+            "--trainer.precision=bf16-mixed",
+            f"--trainer.default_root_dir={tmp_path}",
+        ]
+    )
+    assert cli.trainer.precision == "bf16-mixed"
+    assert cli.trainer.global_step == 2
+    assert cli.model.env_steps == 2 * 8 * 20
+    assert torch.isfinite(cli.trainer.callback_metrics["losses/policy_objective"])
+
+
+def test_num_threads_sets_torch_threads(tmp_path):
+    make_cli(
+        ["fit", "--config", str(VPG_CONFIG), *TINY_VPG, "--num_threads=2", "--trainer.default_root_dir", str(tmp_path)]
+    )
+    assert torch.get_num_threads() == 2
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("--model.init_args.num_envs=0", "num_envs must be >= 1, got 0"),
+        ("--model.init_args.env_id=Nope-v0", "unknown env_id 'Nope-v0'"),
+    ],
+)
+def test_a_value_the_module_rejects_exits_2_with_its_message(override, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(VPG_CONFIG), override, "--trainer.default_root_dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "lightning_logs").exists()
+
+
+def test_a_value_of_the_wrong_type_exits_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(VPG_CONFIG), "--model.init_args.num_envs=many"])
+    assert exit_info.value.code == 2
+    assert "num_envs" in capsys.readouterr().err
+
+
+def test_console_script_and_python_m_run_the_same_main():
+    assert 'rl-lightning = "rl_lightning.cli:main"' in (ROOT / "pyproject.toml").read_text()
+    (entry_point,) = importlib.metadata.entry_points(group="console_scripts", name="rl-lightning")
+    assert entry_point.load() is main
+    assert rl_lightning.__main__.main is main
