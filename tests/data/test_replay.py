@@ -1,0 +1,181 @@
+import pytest
+import torch
+from torch import nn
+
+from rl_lightning.data.replay import ReplayBuffer, ReplaySource, epsilon_greedy
+from rl_lightning.envs import CartPole, make_envs
+
+
+def _batch(values, num_envs=3, obs_dim=2):
+    """A batch of transitions whose every field encodes ``values`` (one per env)."""
+    values = torch.as_tensor(values, dtype=torch.float32)
+    obs = values.unsqueeze(1).expand(num_envs, obs_dim).clone()
+    return obs, values.long(), values.clone(), values.long() % 2 == 1, obs + 0.5
+
+
+def _add_counting(buffer, num_adds, num_envs):
+    for i in range(num_adds):
+        buffer.add(*_batch(range(i * num_envs, (i + 1) * num_envs), num_envs))
+
+
+def test_ring_wraparound_keeps_the_newest_buffer_size_transitions():
+    buffer = ReplayBuffer(buffer_size=10, obs_shape=(2,), num_envs=3, seed=0)
+    _add_counting(buffer, 5, 3)  # transitions 0..14; 10 slots
+    assert buffer.size == 10 and len(buffer) == 10
+    assert buffer.pos == 15 % 10
+    assert sorted(buffer.rewards.tolist()) == list(range(5, 15))
+    # Every field of a slot belongs to the same transition.
+    assert torch.equal(buffer.actions.float(), buffer.rewards)
+    assert torch.equal(buffer.obs[:, 0], buffer.rewards)
+    assert torch.equal(buffer.next_obs[:, 1], buffer.rewards + 0.5)
+    assert torch.equal(buffer.terminated, buffer.actions % 2 == 1)
+    # Slot layout of the ring: 10..14 overwrote slots 0..4 (the wrap split the 5th add 1 + 2).
+    assert buffer.rewards.tolist() == [10, 11, 12, 13, 14, 5, 6, 7, 8, 9]
+
+
+def test_sampling_covers_the_filled_part_only():
+    buffer = ReplayBuffer(buffer_size=100, obs_shape=(2,), num_envs=4, seed=0)
+    _add_counting(buffer, 2, 4)  # 8 of 100 slots filled
+    sample = buffer.sample(2000)
+    assert set(sample.rewards.tolist()) == set(range(8))  # all filled, none of the zeros beyond
+    assert torch.equal(sample.obs[:, 0], sample.rewards)
+    assert sample.obs.shape == (2000, 2) and sample.actions.dtype == torch.int64
+    assert sample.terminated.dtype == torch.bool
+
+
+def test_sampling_is_reproducible_by_seed():
+    def samples(seed):
+        buffer = ReplayBuffer(buffer_size=50, obs_shape=(2,), num_envs=4, seed=seed)
+        _add_counting(buffer, 10, 4)
+        return buffer.sample(64).rewards
+
+    assert torch.equal(samples(3), samples(3))
+    assert not torch.equal(samples(3), samples(4))
+
+
+def test_sample_from_empty_buffer_raises():
+    with pytest.raises(RuntimeError, match="empty"):
+        ReplayBuffer(10, (2,), 2).sample(4)
+
+
+@pytest.mark.parametrize(
+    ("field", "bad", "error", "match"),
+    [
+        ("obs", torch.zeros(3, 3), ValueError, "obs must have shape"),
+        ("obs", torch.zeros(3, 2, dtype=torch.float64), TypeError, "obs must have dtype"),
+        ("actions", torch.zeros(3, dtype=torch.float32), TypeError, "actions must have dtype"),
+        ("actions", torch.zeros(3, 1, dtype=torch.int64), ValueError, "actions must have shape"),
+        ("rewards", torch.zeros(3, dtype=torch.int64), TypeError, "rewards must have dtype"),
+        ("terminated", torch.zeros(3), TypeError, "terminated must have dtype"),
+        ("terminated", torch.zeros(2, dtype=torch.bool), ValueError, "terminated must have shape"),
+        ("next_obs", [[0.0, 0.0]] * 3, TypeError, "next_obs must be a torch.Tensor"),
+    ],
+)
+def test_add_rejects_wrong_shapes_and_dtypes_naming_the_field(field, bad, error, match):
+    buffer = ReplayBuffer(buffer_size=10, obs_shape=(2,), num_envs=3)
+    fields = dict(zip(["obs", "actions", "rewards", "terminated", "next_obs"], _batch([0, 1, 2]), strict=True))
+    fields[field] = bad
+    with pytest.raises(error, match=match):
+        buffer.add(**fields)
+    assert buffer.size == 0
+
+
+def test_constructor_validation():
+    with pytest.raises(ValueError, match="num_envs"):
+        ReplayBuffer(buffer_size=2, obs_shape=(2,), num_envs=3)
+    with pytest.raises(TypeError, match="buffer_size"):
+        ReplayBuffer(buffer_size=10.0, obs_shape=(2,), num_envs=3)
+
+
+def test_bytes_per_transition_is_exactly_the_tensors():
+    buffer = ReplayBuffer(buffer_size=1000, obs_shape=(4,), num_envs=8)
+    # obs 16 + next_obs 16 + action 8 + reward 4 + terminated 1
+    assert buffer.bytes_per_transition == 45
+    assert buffer.nbytes == 45 * 1000
+
+
+def test_state_dict_round_trip_restores_contents_position_and_generator():
+    buffer = ReplayBuffer(buffer_size=10, obs_shape=(2,), num_envs=3, seed=0)
+    _add_counting(buffer, 5, 3)
+    buffer.sample(7)
+    state = buffer.state_dict()
+
+    restored = ReplayBuffer(buffer_size=10, obs_shape=(2,), num_envs=3, seed=123)
+    restored.load_state_dict(state)
+    assert (restored.pos, restored.size) == (buffer.pos, buffer.size)
+    for buf in (buffer, restored):
+        buf.add(*_batch([100, 101, 102]))
+    assert torch.equal(restored.rewards, buffer.rewards)
+    assert torch.equal(restored.sample(32).rewards, buffer.sample(32).rewards)
+
+    with pytest.raises(ValueError, match="size"):
+        ReplayBuffer(buffer_size=20, obs_shape=(2,), num_envs=3).load_state_dict(state)
+
+
+def test_epsilon_greedy_per_env_draws():
+    q_values = torch.tensor([[0.0, 1.0]]).repeat(1000, 1)
+    assert torch.equal(epsilon_greedy(q_values, 0.0), torch.ones(1000, dtype=torch.int64))
+    generator = torch.Generator().manual_seed(0)
+    actions = epsilon_greedy(q_values, 0.5, generator)
+    # random with prob 0.5, of which half pick action 0: ~25% zeros
+    assert 0.2 < (actions == 0).float().mean().item() < 0.3
+
+
+class _ConstantQ(nn.Module):
+    def __init__(self, num_actions):
+        super().__init__()
+        self.num_actions = num_actions
+
+    def forward(self, obs):
+        return torch.zeros(obs.shape[0], self.num_actions)
+
+
+def _source(envs, **overrides):
+    kwargs = dict(batch_size=8, learning_starts=0, steps_per_train=1, num_batches=3, seed=0, epsilon=1.0)
+    kwargs.update(overrides)
+    buffer = ReplayBuffer(100, envs.obs_shape, envs.num_envs, seed=0)
+    return ReplaySource(envs, buffer, _ConstantQ(envs.num_actions), **kwargs)
+
+
+def test_source_stores_the_true_final_observation_and_terminated():
+    # Probe3: obs [0] -> [1] (reward 0) -> terminal [1] (reward 1); the auto-reset obs is [0].
+    source = _source(make_envs("Probe3-v0", num_envs=2, seed=0))
+    source.collect(4)
+    buffer = source.buffer
+    assert buffer.size == 8 and source.env_steps == 8
+    obs, next_obs = buffer.obs[:8, 0], buffer.next_obs[:8, 0]
+    first, last = obs == 0, obs == 1
+    assert first.sum() == 4 and torch.equal(buffer.terminated[:8], last)
+    assert torch.all(next_obs == 1)  # never the reset obs [0]
+    assert torch.all(buffer.rewards[:8][first] == 0) and torch.all(buffer.rewards[:8][last] == 1)
+    stats = source.pop_episode_stats()
+    assert stats.tolist() == [4.0, 8.0, 4.0]  # 4 episodes, return 1, length 2
+    assert source.pop_episode_stats().tolist() == [0.0, 0.0, 0.0]
+
+
+def test_source_stores_truncation_as_not_terminated_with_the_final_obs():
+    envs = CartPole(num_envs=4, seed=0, max_episode_steps=3)
+    source = _source(envs)
+    source.collect(3)  # every env is truncated on its 3rd step (too short to fall)
+    buffer = source.buffer
+    assert not buffer.terminated.any()
+    last_step = buffer.next_obs[8:12]
+    # s_{t+1} of the truncated step continues s_t's dynamics (not a fresh reset near 0)
+    assert torch.allclose(last_step[:, 0], buffer.obs[8:12, 0] + 0.02 * buffer.obs[8:12, 1])
+
+
+def test_source_fills_learning_starts_then_yields_len_batches():
+    source = _source(make_envs("Probe1-v0", num_envs=4, seed=0), learning_starts=10, steps_per_train=2)
+    assert len(source) == 3
+    batches = list(source)
+    assert len(batches) == 3 and batches[0].obs.shape == (8, 1)
+    # fill: ceil(10 / 4) = 3 vector steps, then 3 items x 2 steps
+    assert source.env_steps == (3 + 3 * 2) * 4
+    assert source.buffer.size == source.env_steps
+
+
+def test_source_counts_env_steps_of_all_processes():
+    source = _source(make_envs("Probe1-v0", num_envs=4, seed=0), world_size=3, learning_starts=30)
+    source.fill()
+    # each of 3 processes plays ceil(30 / 12) = 3 vector steps of 4 envs
+    assert source.env_steps == 36 and source.buffer.size == 12
