@@ -1,0 +1,153 @@
+"""Greedy evaluation on a separate env instance, every N env steps and at the end of training."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import lightning as L
+import torch
+from torch import Tensor
+from torchmetrics import MeanMetric
+
+from rl_lightning.envs import make_envs
+
+
+class EvalResult(NamedTuple):
+    """Undiscounted return and length of each evaluation episode."""
+
+    returns: Tensor
+    lengths: Tensor
+
+
+@torch.no_grad()
+def evaluate_policy(
+    act: Callable[[Tensor], Tensor],
+    env_id: str,
+    num_episodes: int,
+    seed: int,
+    device: torch.device | str = "cpu",
+    max_episode_steps: int = 100_000,
+) -> EvalResult:
+    """Run ``num_episodes`` complete episodes (one per env copy) with ``act``.
+
+    Args:
+        act: obs ``(num_episodes, *obs_shape)`` -> actions ``(num_episodes,)``.
+        env_id: a registered env id; a fresh instance is built, so training envs are untouched.
+        num_episodes: episodes to run, all in lock-step.
+        seed: the evaluation envs' seed (the same seed gives the same start states).
+        max_episode_steps: safety cap for envs without a time limit.
+
+    Returns:
+        float32 ``(num_episodes,)`` returns and lengths of each env's first episode.
+    """
+    envs = make_envs(env_id, num_episodes, seed=seed, device=device)
+    obs, _ = envs.reset()
+    returns = torch.zeros(num_episodes, device=envs.device)
+    lengths = torch.zeros(num_episodes, device=envs.device)
+    running = torch.ones(num_episodes, dtype=torch.bool, device=envs.device)
+    for _ in range(max_episode_steps):
+        obs, rewards, terminated, truncated, _ = envs.step(act(obs))
+        returns += rewards * running
+        lengths += running
+        running &= ~(terminated | truncated)
+        if not running.any():
+            break
+    return EvalResult(returns, lengths)
+
+
+class Evaluation(L.Callback):
+    """Evaluate the greedy policy (``pl_module.act(obs, greedy=True)``) every
+    ``every_n_env_steps`` environment steps (checked at the end of each training epoch, first
+    at the end of epoch 0) and once more when training ends.
+
+    Logs ``eval/episodic_return`` (mean), ``eval/episodic_return_std`` and
+    ``eval/episode_length``, averaged over all processes with torchmetrics, so
+    ``EarlyStopping(monitor="eval/episodic_return", stopping_threshold=475, mode="max")`` and
+    ``ModelCheckpoint(monitor="eval/episodic_return", mode="max")`` work. Between evaluations
+    the last result is logged again, so the monitored key is always present.
+
+    Args:
+        every_n_env_steps: evaluation period in env steps.
+        num_eval_episodes: episodes per evaluation (per process).
+        seed: evaluation envs' seed (plus the process rank).
+        max_episode_steps: cap on an episode's length.
+    """
+
+    def __init__(
+        self,
+        every_n_env_steps: int = 50_000,
+        num_eval_episodes: int = 32,
+        seed: int = 10_000,
+        max_episode_steps: int = 100_000,
+    ):
+        if every_n_env_steps < 1:
+            raise ValueError(f"every_n_env_steps must be >= 1, got {every_n_env_steps}")
+        if num_eval_episodes < 1:
+            raise ValueError(f"num_eval_episodes must be >= 1, got {num_eval_episodes}")
+        self.every_n_env_steps = every_n_env_steps
+        self.num_eval_episodes = num_eval_episodes
+        self.seed = seed
+        self.max_episode_steps = max_episode_steps
+        self._mean_return = MeanMetric()
+        self._mean_square_return = MeanMetric()
+        self._mean_length = MeanMetric()
+        self._next_eval_at = 0
+        self._evaluated_at: int | None = None
+        #: The latest evaluation, reduced over processes: {"eval/episodic_return": ..., ...}.
+        self.last_metrics: dict[str, float] = {}
+        #: Every evaluation as (env_steps, mean return).
+        self.history: list[tuple[int, float]] = []
+
+    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
+        """Run one evaluation now and return the reduced metrics."""
+        was_training = pl_module.training
+        pl_module.eval()
+        result = evaluate_policy(
+            lambda obs: pl_module.act(obs, greedy=True),
+            pl_module.hparams.env_id,
+            self.num_eval_episodes,
+            seed=self.seed + trainer.global_rank,
+            device=pl_module.device,
+            max_episode_steps=self.max_episode_steps,
+        )
+        pl_module.train(was_training)
+        for metric in (self._mean_return, self._mean_square_return, self._mean_length):
+            metric.to(pl_module.device)
+            metric.reset()
+        self._mean_return.update(result.returns)
+        self._mean_square_return.update(result.returns.square())
+        self._mean_length.update(result.lengths)
+        # compute() all-reduces across processes under DDP.
+        mean = self._mean_return.compute().item()
+        variance = max(self._mean_square_return.compute().item() - mean**2, 0.0)
+        self.last_metrics = {
+            "eval/episodic_return": mean,
+            "eval/episodic_return_std": variance**0.5,
+            "eval/episode_length": self._mean_length.compute().item(),
+        }
+        self._evaluated_at = pl_module.env_steps
+        self.history.append((self._evaluated_at, mean))
+        return self.last_metrics
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if pl_module.env_steps >= self._next_eval_at:
+            self.evaluate(trainer, pl_module)
+            self._next_eval_at = pl_module.env_steps + self.every_n_env_steps
+        for name, value in self.last_metrics.items():
+            pl_module.log(name, value, on_step=False, on_epoch=True, prog_bar=name == "eval/episodic_return")
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._evaluated_at == pl_module.env_steps:
+            return
+        metrics = self.evaluate(trainer, pl_module)
+        if trainer.logger is not None:
+            trainer.logger.log_metrics(metrics, step=trainer.global_step)
+
+    def state_dict(self) -> dict:
+        return {"next_eval_at": self._next_eval_at, "history": self.history, "last_metrics": self.last_metrics}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._next_eval_at = state_dict["next_eval_at"]
+        self.history = list(state_dict["history"])
+        self.last_metrics = dict(state_dict["last_metrics"])

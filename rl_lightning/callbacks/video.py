@@ -1,0 +1,165 @@
+"""GridVideoLogger: a 4x4 grid video of the agent, as an MP4 file and in TensorBoard."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor
+
+from rl_lightning.data.rollout import first_episode_stats
+from rl_lightning.envs import make_envs
+from rl_lightning.video import encode_mp4, iter_grid_frames, video_summary, write_summary
+
+_CAPTION = (
+    "The first 16 envs, row by row. A cell flashes pink for a few frames when its episode ends "
+    "(the next frame is the first of a new episode)."
+)
+
+
+@torch.no_grad()
+def greedy_rollout(pl_module: L.LightningModule, num_envs: int, num_steps: int, seed: int) -> tuple[Tensor, Tensor]:
+    """Play ``num_steps`` greedy steps on a fresh env instance.
+
+    Returns:
+        obs ``(num_envs, num_steps, *obs_shape)`` and bool dones ``(num_envs, num_steps)``.
+    """
+    envs = make_envs(pl_module.hparams.env_id, num_envs, seed=seed, device=pl_module.device)
+    obs, _ = envs.reset()
+    all_obs, all_dones = [], []
+    for _ in range(num_steps):
+        next_obs, _, terminated, truncated, _ = envs.step(pl_module.act(obs, greedy=True))
+        all_obs.append(obs)
+        all_dones.append(terminated | truncated)
+        obs = next_obs
+    return torch.stack(all_obs, dim=1), torch.stack(all_dones, dim=1)
+
+
+class GridVideoLogger(L.Callback):
+    """Every ``every_n_env_steps`` env steps (or every ``every_n_train_steps`` training steps),
+    render the first 16 envs as a 4x4 grid video.
+
+    The clip is the rollout just collected when the module has one (VPG: no extra env steps),
+    otherwise a greedy rollout of ``num_steps`` steps on a separate env instance (DQN). It is
+    written to ``<log_dir>/videos/step_<env_steps>.mp4`` and, with a TensorBoard logger, as an
+    animated image ``videos/grid`` (with its caption as text ``videos/caption``).
+
+    Rendering and encoding run in a background thread on rank 0, so training only pays for
+    copying the clip; a failed render or encode is a warning, never a crash.
+
+    Args:
+        every_n_env_steps: period in env steps (ignored if ``every_n_train_steps`` is given).
+        every_n_train_steps: period in training steps.
+        num_steps: frames of a greedy clip (and the most frames taken from a rollout).
+        fps: frames per second (default: the env's ``render_fps``).
+        flash_frames: frames a cell flashes when its episode ends.
+        tensorboard_frame_stride: keep every k-th frame in the TensorBoard GIF (the MP4 keeps all).
+        seed: seed of the envs of greedy clips.
+    """
+
+    def __init__(
+        self,
+        every_n_env_steps: int = 100_000,
+        every_n_train_steps: int | None = None,
+        num_steps: int = 500,
+        fps: int | None = None,
+        flash_frames: int = 3,
+        tensorboard_frame_stride: int = 2,
+        seed: int = 20_000,
+    ):
+        if every_n_env_steps < 1:
+            raise ValueError(f"every_n_env_steps must be >= 1, got {every_n_env_steps}")
+        if every_n_train_steps is not None and every_n_train_steps < 1:
+            raise ValueError(f"every_n_train_steps must be >= 1 or None, got {every_n_train_steps}")
+        if num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+        self.every_n_env_steps = every_n_env_steps
+        self.every_n_train_steps = every_n_train_steps
+        self.num_steps = num_steps
+        self.fps = fps
+        self.flash_frames = flash_frames
+        self.tensorboard_frame_stride = tensorboard_frame_stride
+        self.seed = seed
+        self._next_at = 0
+        self._executor: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
+        #: Paths of the MP4 files written so far.
+        self.video_paths: list[Path] = []
+        #: Seconds the training loop spent per video (grabbing the clip), and in the background
+        #: thread (drawing + encoding).
+        self.training_seconds: list[float] = []
+        self.render_seconds: list[float] = []
+
+    def _due(self, trainer: L.Trainer, pl_module: L.LightningModule) -> bool:
+        now = trainer.global_step if self.every_n_train_steps else pl_module.env_steps
+        if now < self._next_at:
+            return False
+        self._next_at = now + (self.every_n_train_steps or self.every_n_env_steps)
+        return True
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
+        if not trainer.is_global_zero or not self._due(trainer, pl_module):
+            return
+        start = time.perf_counter()
+        source = getattr(pl_module, "source", None)
+        rollout = getattr(source, "last_rollout", None)
+        if rollout is not None:
+            obs, dones = rollout.obs[:16, : self.num_steps], rollout.dones[:16, : self.num_steps]
+            rewards = rollout.rewards[:16, : self.num_steps]
+        else:
+            obs, dones = greedy_rollout(pl_module, 16, self.num_steps, self.seed)
+            rewards = None
+        obs, dones = obs.detach().to("cpu", copy=True), dones.to("cpu", copy=True)
+        if rewards is not None:
+            mean_return = first_episode_stats(rewards, dones).returns.mean().item()
+            caption = f"env steps {pl_module.env_steps:,}: rollout, mean first-episode return {mean_return:.1f}"
+        else:
+            mean_return = first_episode_stats(torch.ones(dones.shape), dones).lengths.mean().item()
+            caption = f"env steps {pl_module.env_steps:,}: greedy policy, mean first-episode length {mean_return:.1f}"
+        draw = make_envs(pl_module.hparams.env_id, 1, seed=0).draw
+        fps = self.fps or make_envs(pl_module.hparams.env_id, 1, seed=0).render_fps
+        log_dir = Path(trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir)
+        path = log_dir / "videos" / f"step_{pl_module.env_steps}.mp4"
+        writer = trainer.logger.experiment if isinstance(trainer.logger, TensorBoardLogger) else None
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid-video")
+        self._pending.append(
+            self._executor.submit(self._render, obs, dones, draw, fps, path, writer, pl_module.env_steps, caption)
+        )
+        self.training_seconds.append(time.perf_counter() - start)
+
+    def _render(self, obs, dones, draw, fps, path: Path, writer, env_steps: int, caption: str) -> None:
+        start = time.perf_counter()
+        try:
+            frames = iter_grid_frames(obs, dones, draw, flash_frames=self.flash_frames)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(encode_mp4(frames, fps))
+            self.video_paths.append(path)
+            if writer is not None:
+                stride = max(1, self.tensorboard_frame_stride)
+                strided = (frame for i, frame in enumerate(iter_grid_frames(obs, dones, draw)) if i % stride == 0)
+                write_summary(writer, video_summary("videos/grid", strided, fps / stride, _CAPTION), env_steps)
+                writer.add_text("videos/caption", caption, env_steps)
+        except Exception as error:  # a video must never take training down
+            rank_zero_warn(f"GridVideoLogger could not write the video for env step {env_steps}: {error!r}")
+        self.render_seconds.append(time.perf_counter() - start)
+
+    def wait(self) -> None:
+        """Block until every queued video is written."""
+        for future in self._pending:
+            future.result()
+        self._pending.clear()
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.wait()
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.wait()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
