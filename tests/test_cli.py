@@ -152,6 +152,20 @@ def test_bf16_mixed_precision_fits_vpg_on_cpu(tmp_path):
     assert torch.isfinite(cli.trainer.callback_metrics["losses/policy_objective"])
 
 
+def test_fit_resumes_from_ckpt_path_with_the_checkpoints_hyper_parameters(tmp_path):
+    root = f"--trainer.default_root_dir={tmp_path}"
+    make_cli(["fit", "--config", str(VPG_CONFIG), *TINY_VPG, root])
+    (checkpoint,) = (_version_0(tmp_path) / "checkpoints").glob("*.ckpt")
+    # No num_envs / num_steps_per_rollout overrides: they come back from the checkpoint.
+    tiny_trainer = [arg for arg in TINY_VPG if arg.startswith("--trainer.") and "max_steps" not in arg]
+    cli = make_cli(
+        ["fit", "--config", str(VPG_CONFIG), *tiny_trainer, "--trainer.max_steps=4", root, f"--ckpt_path={checkpoint}"]
+    )
+    assert cli.model.hparams.num_envs == 8
+    assert cli.trainer.global_step == 4
+    assert cli.model.env_steps == 4 * 8 * 20
+
+
 def test_num_threads_sets_torch_threads(tmp_path):
     make_cli(
         ["fit", "--config", str(VPG_CONFIG), *TINY_VPG, "--num_threads=2", "--trainer.default_root_dir", str(tmp_path)]
