@@ -99,7 +99,8 @@ class GridVideoLogger(L.Callback):
         now = trainer.global_step if self.every_n_train_steps else pl_module.env_steps
         if now < self._next_at:
             return False
-        self._next_at = now + (self.every_n_train_steps or self.every_n_env_steps)
+        period = self.every_n_train_steps or self.every_n_env_steps
+        self._next_at = (now // period + 1) * period  # the next multiple of the period
         return True
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:

@@ -1,0 +1,84 @@
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from rl_lightning import VPGModule
+from rl_lightning.callbacks.evaluation import Evaluation, evaluate_policy
+from rl_lightning.envs import make_envs
+
+
+def test_evaluate_policy_on_probe3_counts_whole_episodes():
+    # Probe3: two steps, rewards 0 then 1 -> every episode returns 1 in 2 steps.
+    result = evaluate_policy(lambda obs: torch.zeros(obs.shape[0], dtype=torch.long), "Probe3-v0", 5, seed=0)
+    assert result.returns.tolist() == [1.0] * 5
+    assert result.lengths.tolist() == [2.0] * 5
+
+
+def test_evaluate_policy_equals_a_hand_run_of_the_greedy_policy():
+    """Probe5 rewards +1 when action == obs: the greedy policy 'action = obs' scores 1, the
+    policy 'always 0' scores +1 exactly on the envs whose obs is 0."""
+
+    def matching(obs):
+        return obs[:, 0].long()
+
+    assert evaluate_policy(matching, "Probe5-v0", 64, seed=1).returns.tolist() == [1.0] * 64
+    envs = make_envs("Probe5-v0", 64, seed=1)
+    first_obs, _ = envs.reset()
+    expected = torch.where(first_obs[:, 0] == 0, 1.0, -1.0)
+    result = evaluate_policy(lambda obs: torch.zeros(obs.shape[0], dtype=torch.long), "Probe5-v0", 64, seed=1)
+    torch.testing.assert_close(result.returns, expected)
+
+
+def test_evaluate_policy_cartpole_matches_manual_loop():
+    def act(obs):  # a simple balancing controller: push towards the pole's lean
+        return (obs[:, 2] + 0.5 * obs[:, 3] > 0).long()
+
+    result = evaluate_policy(act, "CartPole-v1", 8, seed=3)
+    envs = make_envs("CartPole-v1", 8, seed=3)
+    obs, _ = envs.reset()
+    returns, alive = torch.zeros(8), torch.ones(8, dtype=torch.bool)
+    for _ in range(500):
+        obs, reward, terminated, truncated, _ = envs.step(act(obs))
+        returns += reward * alive
+        alive &= ~(terminated | truncated)
+    torch.testing.assert_close(result.returns, returns)
+    assert result.returns.max().item() <= 500.0
+    torch.testing.assert_close(result.lengths, returns)
+
+
+def test_evaluation_callback_logs_metrics(tmp_path):
+    evaluation = Evaluation(every_n_env_steps=640, num_eval_episodes=4)
+    module = VPGModule(env_id="Probe4-v0", num_envs=4, num_steps_per_rollout=80, seed=0)
+    logger = TensorBoardLogger(tmp_path, name="eval")
+    trainer = L.Trainer(
+        max_steps=5, logger=logger, callbacks=[evaluation], enable_progress_bar=False, enable_checkpointing=False
+    )
+    trainer.fit(module)
+    # Evaluated at the end of epochs 0 (320 steps), 2 (960) and 4 (1600: the final one).
+    assert [steps for steps, _ in evaluation.history] == [320, 960, 1600]
+    assert set(evaluation.last_metrics) == {"eval/episodic_return", "eval/episodic_return_std", "eval/episode_length"}
+    assert evaluation.last_metrics["eval/episode_length"] == 1.0
+    assert trainer.callback_metrics["eval/episodic_return"].item() in (-1.0, 1.0)
+
+
+def test_early_stopping_on_eval_return_ends_a_solved_cartpole_run():
+    """EarlyStopping(monitor='eval/episodic_return', stopping_threshold=475) stops VPG on
+    CartPole once the greedy policy's mean return over 32 episodes reaches 475."""
+    evaluation = Evaluation(every_n_env_steps=30_000, num_eval_episodes=32)
+    stopper = EarlyStopping(monitor="eval/episodic_return", stopping_threshold=475.0, mode="max", patience=1000)
+    best = ModelCheckpoint(monitor="eval/episodic_return", mode="max")
+    trainer = L.Trainer(max_steps=60, logger=False, callbacks=[evaluation, stopper, best], enable_progress_bar=False)
+    trainer.fit(VPGModule(seed=1))
+    assert trainer.global_step < 60
+    assert evaluation.history[-1][1] >= 475.0
+    assert trainer.should_stop
+    assert best.best_model_score.item() >= 475.0
+
+
+def test_evaluation_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="every_n_env_steps"):
+        Evaluation(every_n_env_steps=0)
+    with pytest.raises(ValueError, match="num_eval_episodes"):
+        Evaluation(num_eval_episodes=0)

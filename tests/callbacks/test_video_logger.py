@@ -1,0 +1,88 @@
+import imageio.v3 as iio
+import lightning as L
+import numpy as np
+import pytest
+from lightning.pytorch.loggers import TensorBoardLogger
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from rl_lightning import VPGModule
+from rl_lightning.callbacks.video import GridVideoLogger
+
+
+@pytest.fixture(scope="module")
+def video_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("video")
+    video = GridVideoLogger(every_n_env_steps=1000, num_steps=40)
+    logger = TensorBoardLogger(root, name="run")
+    trainer = L.Trainer(
+        max_steps=2,
+        logger=logger,
+        callbacks=[video],
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+    )
+    trainer.fit(VPGModule(num_envs=16, num_steps_per_rollout=60, seed=0))
+    return video, logger
+
+
+def test_video_logger_writes_decodable_grid_mp4(video_run):
+    video, logger = video_run
+    # Due at env step 0 and again once 1000 more steps passed: after rollouts 1 (960) and 2 (1920).
+    assert [path.name for path in video.video_paths] == ["step_960.mp4", "step_1920.mp4"]
+    assert all(path.parent.name == "videos" and str(path).startswith(logger.log_dir) for path in video.video_paths)
+    frames = iio.imread(video.video_paths[0])
+    # 4 x 4 cells of 100 x 150 with 2-pixel borders: 406 x 606, already even.
+    assert frames.shape == (40, 406, 606, 3)
+    assert len({frame.tobytes() for frame in frames}) > 1
+
+
+def test_video_logger_flashes_where_an_env_reset(video_run):
+    video, _ = video_run
+    frames = iio.imread(video.video_paths[0]).astype(np.int16)
+    pink = np.array([255, 105, 180])
+    # The top-left 3x3 pixels of a cell are background unless the cell flashes.
+    corner_is_pink = [np.abs(frame[0:3, 0:3] - pink).max() < 40 for frame in frames]
+    assert any(corner_is_pink) and not all(corner_is_pink)
+
+
+def test_video_logger_adds_animated_image_summary(video_run):
+    _, logger = video_run
+    events = EventAccumulator(logger.log_dir, size_guidance={"images": 0})
+    events.Reload()
+    images = events.Images("videos/grid")
+    assert [image.step for image in images] == [960, 1920]
+    assert images[0].encoded_image_string[:6] == b"GIF89a"
+    assert (images[0].width, images[0].height) == (606, 406)
+
+
+def test_video_logger_time_in_the_training_loop_is_small(video_run):
+    video, _ = video_run
+    assert len(video.render_seconds) == 2
+    # Grabbing the clip is a copy; drawing and encoding happen in the background thread.
+    assert max(video.training_seconds) < max(video.render_seconds)
+
+
+def test_failed_encode_is_a_warning_not_a_crash(tmp_path, monkeypatch):
+    import rl_lightning.callbacks.video as video_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no encoder")
+
+    monkeypatch.setattr(video_module, "encode_mp4", broken)
+    video = GridVideoLogger(every_n_env_steps=1, num_steps=5)
+    trainer = L.Trainer(
+        max_steps=1, default_root_dir=tmp_path, callbacks=[video], enable_progress_bar=False, enable_checkpointing=False
+    )
+    with pytest.warns(UserWarning, match="no encoder"):
+        trainer.fit(VPGModule(num_envs=4, num_steps_per_rollout=5))
+    assert trainer.global_step == 1
+    assert video.video_paths == []
+
+
+def test_greedy_clip_for_modules_without_a_rollout(tmp_path):
+    from rl_lightning.callbacks.video import greedy_rollout
+
+    module = VPGModule(num_envs=4, num_steps_per_rollout=5)
+    obs, dones = greedy_rollout(module, num_envs=16, num_steps=200, seed=0)
+    assert obs.shape == (16, 200, 4) and dones.shape == (16, 200)
+    assert dones.any()  # an untrained greedy policy drops the pole within 200 steps
