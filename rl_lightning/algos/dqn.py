@@ -174,9 +174,7 @@ class DQNModule(L.LightningModule):
         hp = self.hparams
         rank, world_size = self.global_rank, self.trainer.world_size
         envs = make_envs(hp.env_id, hp.num_envs, seed=hp.seed + rank, device=self.device)
-        buffer = ReplayBuffer(
-            hp.buffer_size, envs.obs_shape, hp.num_envs, seed=hp.seed + rank, device=self.device
-        )
+        buffer = ReplayBuffer(hp.buffer_size, envs.obs_shape, hp.num_envs, seed=hp.seed + rank, device=self.device)
         if self._restored_buffer is not None:
             buffer.load_state_dict(self._restored_buffer)
             self._restored_buffer = None

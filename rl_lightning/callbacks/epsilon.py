@@ -42,9 +42,7 @@ class EpsilonDecay(L.Callback):
         """Epsilon after ``env_steps`` env steps of a run of ``total_env_steps``."""
         total = self.total_env_steps if total_env_steps is None else total_env_steps
         if total is None:
-            raise ValueError(
-                "total_env_steps is unknown: pass it here or to EpsilonDecay(total_env_steps=...)"
-            )
+            raise ValueError("total_env_steps is unknown: pass it here or to EpsilonDecay(total_env_steps=...)")
         decay_steps = self.fraction * total
         if decay_steps <= 0:
             return self.end

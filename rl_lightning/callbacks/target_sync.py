@@ -70,9 +70,7 @@ class TargetNetworkSync(L.Callback):
             if period == self._last_period:
                 return
             self._last_period = period
-        update_target_network(
-            getattr(pl_module, self.target_attr), getattr(pl_module, self.online_attr), self.tau
-        )
+        update_target_network(getattr(pl_module, self.target_attr), getattr(pl_module, self.online_attr), self.tau)
         self.num_updates += 1
 
     def state_dict(self) -> dict[str, Any]:

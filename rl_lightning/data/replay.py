@@ -101,9 +101,7 @@ class ReplayBuffer:
     def bytes_per_transition(self) -> int:
         return self.nbytes // self.buffer_size
 
-    def add(
-        self, obs: Tensor, actions: Tensor, rewards: Tensor, terminated: Tensor, next_obs: Tensor
-    ) -> None:
+    def add(self, obs: Tensor, actions: Tensor, rewards: Tensor, terminated: Tensor, next_obs: Tensor) -> None:
         """Write one transition per env, overwriting the oldest when full.
 
         Args:
@@ -122,9 +120,7 @@ class ReplayBuffer:
             if not isinstance(value, Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
             if value.shape != (self.num_envs, *shape):
-                raise ValueError(
-                    f"{name} must have shape {(self.num_envs, *shape)}, got {tuple(value.shape)}"
-                )
+                raise ValueError(f"{name} must have shape {(self.num_envs, *shape)}, got {tuple(value.shape)}")
             if value.dtype != dtype:
                 raise TypeError(f"{name} must have dtype {dtype}, got {value.dtype}")
         start, end = self.pos, self.pos + self.num_envs
@@ -224,9 +220,7 @@ class ReplaySource(IterableDataset):
     ):
         super().__init__()
         if buffer.num_envs != envs.num_envs:
-            raise ValueError(
-                f"buffer.num_envs ({buffer.num_envs}) must equal envs.num_envs ({envs.num_envs})"
-            )
+            raise ValueError(f"buffer.num_envs ({buffer.num_envs}) must equal envs.num_envs ({envs.num_envs})")
         _check_int("batch_size", batch_size, 1)
         _check_int("learning_starts", learning_starts, 0)
         _check_int("steps_per_train", steps_per_train, 1)
@@ -308,9 +302,7 @@ class ReplaySource(IterableDataset):
         self._episode_returns += rewards
         self._episode_lengths += 1
         done_f = done.float()
-        completed = torch.stack(
-            [self._episode_returns @ done_f, self._episode_lengths @ done_f, done_f.sum()]
-        )
+        completed = torch.stack([self._episode_returns @ done_f, self._episode_lengths @ done_f, done_f.sum()])
         self._completed += completed
         keep = 1.0 - done_f
         self._episode_returns *= keep
