@@ -8,6 +8,7 @@ import collections.abc
 import inspect
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -61,12 +62,8 @@ def add_trainer_args(parser: argparse.ArgumentParser, max_steps: int) -> None:
     group.add_argument("--accelerator", default="cpu", help="cpu, gpu, auto ... (default: cpu)")
     group.add_argument("--devices", default="1", help="number of devices or 'auto' (default: 1)")
     group.add_argument("--strategy", default="auto", help="auto, ddp, ddp_spawn ... (default: auto)")
-    group.add_argument(
-        "--precision", default="32-true", help="32-true, bf16-mixed, 16-mixed (default: 32-true)"
-    )
-    group.add_argument(
-        "--max_steps", type=int, default=max_steps, help=f"optimizer steps (default: {max_steps})"
-    )
+    group.add_argument("--precision", default="32-true", help="32-true, bf16-mixed, 16-mixed (default: 32-true)")
+    group.add_argument("--max_steps", type=int, default=max_steps, help=f"optimizer steps (default: {max_steps})")
     group.add_argument("--default_root_dir", default=".", help="logs go to DIR/lightning_logs (default: .)")
     group.add_argument("--num_threads", type=int, default=1, help="torch CPU threads (default: 1)")
 
@@ -88,3 +85,64 @@ def trainer_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         max_steps=args.max_steps,
         default_root_dir=args.default_root_dir,
     )
+
+
+def add_watch_args(parser: argparse.ArgumentParser, eval_every: int, video_every: int) -> None:
+    """Add the evaluation / video / stop-when-solved options."""
+    group = parser.add_argument_group("evaluation, video and stopping")
+    group.add_argument("--eval_every_n_env_steps", type=int, default=eval_every, help=f"(default: {eval_every})")
+    group.add_argument("--num_eval_episodes", type=int, default=32, help="(default: 32)")
+    group.add_argument("--video_every_n_env_steps", type=int, default=video_every, help=f"(default: {video_every})")
+    group.add_argument("--no_video", action="store_true", help="do not log grid videos")
+    group.add_argument("--solved_return", type=float, default=475.0, help="greedy eval return that stops the run")
+    group.add_argument("--no_stop_when_solved", action="store_true", help="train for the whole budget")
+
+
+def watch_callbacks(args: argparse.Namespace) -> list[L.Callback]:
+    """Evaluation, a checkpoint of the best greedy policy (and the last), optionally a grid
+    video and early stopping once the greedy return reaches ``--solved_return``."""
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+    from rl_lightning.callbacks import Evaluation, GridVideoLogger
+
+    callbacks: list[L.Callback] = [
+        Evaluation(every_n_env_steps=args.eval_every_n_env_steps, num_eval_episodes=args.num_eval_episodes),
+        ModelCheckpoint(monitor="eval/episodic_return", mode="max", save_last=True),
+    ]
+    if not args.no_video:
+        callbacks.append(GridVideoLogger(every_n_env_steps=args.video_every_n_env_steps))
+    if not args.no_stop_when_solved:
+        callbacks.append(
+            EarlyStopping(
+                monitor="eval/episodic_return",
+                stopping_threshold=args.solved_return,
+                mode="max",
+                patience=10**9,  # stop on the threshold only, never for lack of improvement
+                check_on_train_epoch_end=True,
+            )
+        )
+    return callbacks
+
+
+def report(trainer: L.Trainer, module: L.LightningModule, seconds: float) -> str:
+    """The scripts' final line: greedy evaluation, wall time, env steps and where things went."""
+    from rl_lightning.callbacks import Evaluation, GridVideoLogger
+
+    evaluation = next((c for c in trainer.callbacks if isinstance(c, Evaluation)), None)
+    video = next((c for c in trainer.callbacks if isinstance(c, GridVideoLogger)), None)
+    metrics = evaluation.last_metrics if evaluation is not None else {}
+    eval_text = (
+        f"greedy eval return {metrics['eval/episodic_return']:.1f} +- {metrics['eval/episodic_return_std']:.1f}"
+        if metrics
+        else "no evaluation"
+    )
+    log_dir = trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir
+    checkpoint = trainer.checkpoint_callback
+    lines = [
+        f"done: {eval_text}, {seconds:.1f} s wall, {module.env_steps:,} env steps, {trainer.global_step} updates",
+        f"  best checkpoint:  {checkpoint.best_model_path if checkpoint else 'none'}",
+        f"  last checkpoint:  {checkpoint.last_model_path if checkpoint else 'none'}",
+        f"  videos:           {log_dir}/videos ({len(video.video_paths) if video else 0} mp4)",
+        f"  TensorBoard logs: {log_dir}  (tensorboard --logdir {Path(log_dir).parent.parent})",
+    ]
+    return "\n".join(lines)

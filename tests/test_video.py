@@ -22,7 +22,7 @@ from rl_lightning.video import (
 )
 
 PINK = (255, 105, 180)
-CELL_H, CELL_W, BORDER = 100, 150, 2  # CartPole's drawing, the default border
+CELL_H, CELL_W, BORDER = 80, 120, 2  # CartPole's drawing, the default border
 
 
 def _rollout(env_id: str, num_envs: int, num_steps: int, seed: int = 0):
@@ -40,7 +40,7 @@ def _rollout(env_id: str, num_envs: int, num_steps: int, seed: int = 0):
 
 
 def _cell(frames: np.ndarray, index: int, cols: int = 4) -> np.ndarray:
-    """The pixels of grid cell ``index`` (row-major) of CartPole-sized cells: (T, 100, 150, 3)."""
+    """The pixels of grid cell ``index`` (row-major) of CartPole-sized cells: (T, 80, 120, 3)."""
     top, left = (index // cols) * (CELL_H + BORDER), (index % cols) * (CELL_W + BORDER)
     return frames[:, top : top + CELL_H, left : left + CELL_W]
 
@@ -56,13 +56,13 @@ def test_grid_of_16_cartpoles_has_each_env_in_its_cell_and_borders_between():
     frames = grid_frames(obs, no_dones, env.draw)
 
     assert frames.dtype == np.uint8
-    assert frames.shape == (6, 4 * 100 + 3 * 2, 4 * 150 + 3 * 2, 3) == (6, 406, 606, 3)
+    assert frames.shape == (6, 4 * 80 + 3 * 2, 4 * 120 + 3 * 2, 3) == (6, 326, 486, 3)
     drawings = env.draw(obs).numpy()
     for index in range(16):
         np.testing.assert_array_equal(_cell(frames, index), drawings[index])
-    # Border lines between rows/columns (rows 100-101, cols 150-151, ...) are the border colour.
-    assert (frames[:, 100:102] == BORDER_COLOR).all()
-    assert (frames[:, :, 302:304] == BORDER_COLOR).all()
+    # Border lines between rows/columns (rows 80-81, cols 120-121, ...) are the border colour.
+    assert (frames[:, 80:82] == BORDER_COLOR).all()
+    assert (frames[:, :, 242:244] == BORDER_COLOR).all()
 
 
 def test_fewer_envs_than_cells_leave_blank_cells_and_keep_the_frame_size():
@@ -70,7 +70,7 @@ def test_fewer_envs_than_cells_leave_blank_cells_and_keep_the_frame_size():
 
     frames = grid_frames(obs, dones, env.draw)
 
-    assert frames.shape == (4, 406, 606, 3)
+    assert frames.shape == (4, 326, 486, 3)
     np.testing.assert_array_equal(_cell(frames, 4), env.draw(obs[4]).numpy())
     for index in range(5, 16):
         assert (_cell(frames, index) == BLANK_COLOR).all()
@@ -81,8 +81,8 @@ def test_more_envs_than_cells_show_the_first_ones():
 
     frames = grid_frames(obs, dones, env.draw, grid=(1, 2), border=0)
 
-    assert frames.shape == (3, 100, 300, 3)
-    np.testing.assert_array_equal(frames[:, :, 150:], env.draw(obs[1]).numpy())
+    assert frames.shape == (3, 80, 240, 3)
+    np.testing.assert_array_equal(frames[:, :, 120:], env.draw(obs[1]).numpy())
 
 
 def test_episode_end_flash_lasts_flash_frames_from_the_done_step_and_is_cut_at_the_end():
@@ -116,7 +116,7 @@ def test_cells_flash_pink_exactly_on_the_frames_after_their_episode_ended():
     np.testing.assert_array_equal(flashed[~(white | ring)], drawing[~(white | ring)])
     assert white.mean() > 0.8  # so the flash covers most of the cell
     # Borders never flash.
-    assert (frames[:, 100:102] == BORDER_COLOR).all()
+    assert (frames[:, 80:82] == BORDER_COLOR).all()
 
 
 def test_flash_is_visible_on_drawings_without_white_background():
@@ -158,7 +158,7 @@ def test_mp4_decodes_to_every_frame_at_the_grid_size(cartpole_video):
     mp4 = encode_mp4(cartpole_video, fps=50)
 
     decoded = iio.imread(mp4, index=None, extension=".mp4")
-    assert decoded.shape == (20, 406, 606, 3)
+    assert decoded.shape == (20, 326, 486, 3)
     assert len({frame.tobytes() for frame in decoded}) > 1
     # Lossy, but close: mean absolute error of a few grey levels.
     assert np.abs(decoded.astype(np.int16) - cartpole_video).mean() < 5
@@ -207,9 +207,9 @@ def test_video_summary_round_trips_through_a_tensorboard_event_file(tmp_path, ca
     accumulator.Reload()
     assert accumulator.Tags()["images"] == ["videos/rollout"]
     (image,) = accumulator.Images("videos/rollout")
-    assert (image.step, image.height, image.width) == (7, 406, 606)
+    assert (image.step, image.height, image.width) == (7, 326, 486)
     assert image.encoded_image_string.startswith(b"GIF89a")
-    assert iio.imread(image.encoded_image_string, index=None, extension=".gif").shape[:3] == (20, 406, 606)
+    assert iio.imread(image.encoded_image_string, index=None, extension=".gif").shape[:3] == (20, 326, 486)
     # What TensorBoard's Images tab reads: the legacy image migrated to the image plugin,
     # with the caption as the card's description.
     plugin_accumulator = plugin_event_accumulator.EventAccumulator(str(tmp_path))
@@ -224,7 +224,7 @@ def test_timing_of_a_16_env_500_step_cartpole_video():
     num_envs, num_steps, scale_to_500 = 16, 100, 5
     env, obs, dones = _rollout("CartPole-v1", num_envs, 25)
     start = time.perf_counter()
-    drawings = env.draw(obs)  # (16, 25, 100, 150, 3)
+    drawings = env.draw(obs)  # (16, 25, 80, 120, 3)
     draw_s = (time.perf_counter() - start) * 500 / 25
     # Cheap "observations" that index the real drawings, and the rollout's real episode ends.
     library = drawings.reshape(-1, CELL_H, CELL_W, 3)
@@ -241,7 +241,7 @@ def test_timing_of_a_16_env_500_step_cartpole_video():
     gif = encode_gif(frames, fps=env.render_fps)
     gif_s = (time.perf_counter() - start) * scale_to_500
 
-    assert frames.shape == (num_steps, 406, 606, 3)
+    assert frames.shape == (num_steps, 326, 486, 3)
     print(
         f"\n16 envs x 500 steps of CartPole (extrapolated): env.draw {draw_s:.1f} s, grid + flashes "
         f"{grid_s:.1f} s, MP4 {mp4_s:.1f} s (~{len(mp4) * scale_to_500 / 1e6:.2f} MB), "

@@ -69,7 +69,7 @@ class GridVideoLogger(L.Callback):
         num_steps: int = 500,
         fps: int | None = None,
         flash_frames: int = 3,
-        tensorboard_frame_stride: int = 2,
+        tensorboard_frame_stride: int = 3,
         seed: int = 20_000,
     ):
         if every_n_env_steps < 1:

@@ -19,7 +19,7 @@ _BACKGROUND, _CART, _POLE, _AXLE, _TRACK = range(5)
 _CHUNK = 512
 
 
-def draw_cartpole(obs: Tensor, height: int = 100, width: int = 150) -> Tensor:
+def draw_cartpole(obs: Tensor, height: int = 80, width: int = 120) -> Tensor:
     """Draw CartPole observations like gymnasium's renderer (scaled down).
 
     Every shape is found with broadcasting of per-row and per-column quantities, so a frame

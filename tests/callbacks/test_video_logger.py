@@ -31,8 +31,8 @@ def test_video_logger_writes_decodable_grid_mp4(video_run):
     assert [path.name for path in video.video_paths] == ["step_960.mp4", "step_1920.mp4"]
     assert all(path.parent.name == "videos" and str(path).startswith(logger.log_dir) for path in video.video_paths)
     frames = iio.imread(video.video_paths[0])
-    # 4 x 4 cells of 100 x 150 with 2-pixel borders: 406 x 606, already even.
-    assert frames.shape == (40, 406, 606, 3)
+    # 4 x 4 cells of 80 x 120 with 2-pixel borders: 326 x 486, already even.
+    assert frames.shape == (40, 326, 486, 3)
     assert len({frame.tobytes() for frame in frames}) > 1
 
 
@@ -52,7 +52,7 @@ def test_video_logger_adds_animated_image_summary(video_run):
     images = events.Images("videos/grid")
     assert [image.step for image in images] == [960, 1920]
     assert images[0].encoded_image_string[:6] == b"GIF89a"
-    assert (images[0].width, images[0].height) == (606, 406)
+    assert (images[0].width, images[0].height) == (486, 326)
 
 
 def test_video_logger_time_in_the_training_loop_is_small(video_run):
