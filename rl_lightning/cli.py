@@ -12,6 +12,9 @@ checkpoints and the run's ``config.yaml`` go to ``<trainer.default_root_dir>/lig
 
 from __future__ import annotations
 
+import importlib
+
+import lightning as L
 import torch
 from jsonargparse.typing import PositiveInt
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
@@ -31,11 +34,12 @@ class RLLightningCLI(LightningCLI):
     """``LightningCLI`` with ``--model`` limited to :data:`MODEL_CLASSES` and a ``--num_threads`` option."""
 
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        # As LightningCLI's, but ``--model`` takes only our modules (a tuple of base classes, which
-        # LightningCLI's ``model_class`` can't express), and there is no ``--data``.
+        # As LightningCLI's without ``--data``: each module makes its own data.
         parser.add_lightning_class_args(self.trainer_class, "trainer")
         parser.set_defaults({f"trainer.{key}": value for key, value in self.trainer_defaults.items()})
-        parser.add_subclass_arguments(MODEL_CLASSES, "model", fail_untyped=False, required=True)
+        # Any LightningModule parses (a tuple of base classes would make jsonargparse report the first
+        # class's error, not the chosen one's); before_instantiate_classes keeps ours.
+        parser.add_lightning_class_args(L.LightningModule, "model", subclass_mode=True, required=True)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
@@ -43,15 +47,25 @@ class RLLightningCLI(LightningCLI):
         )
 
     def before_instantiate_classes(self) -> None:
-        torch.set_num_threads(self.config[self.subcommand].num_threads)
+        config = self.config[self.subcommand]
+        module_name, _, class_name = config.model.class_path.rpartition(".")
+        if not issubclass(getattr(importlib.import_module(module_name), class_name), MODEL_CLASSES):
+            names = ", ".join(model_class.__name__ for model_class in MODEL_CLASSES)
+            self._parser(self.subcommand).error(f"--model must be one of {names}, got {config.model.class_path}")
+        torch.set_num_threads(config.num_threads)
 
     def instantiate_classes(self) -> None:
         try:
             super().instantiate_classes()
         except ValueError as error:
             # A value its type allows but the module rejects (num_envs 0, an unknown env_id):
-            # report it like any other bad option, with exit status 2, not as a traceback.
-            self._parser(self.subcommand).error(str(error), error)
+            # report it like any other bad option, with exit status 2, not as a traceback. jsonargparse
+            # wraps the module's error in "Does not validate against any of the Union subtypes" (the
+            # union of the module class and None).
+            cause: BaseException = error
+            while cause.__cause__ is not None:
+                cause = cause.__cause__
+            self._parser(self.subcommand).error(str(cause), error)
 
 
 def make_cli(args: ArgsType = None) -> RLLightningCLI:

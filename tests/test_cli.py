@@ -125,6 +125,7 @@ def test_model_short_names_select_our_modules_and_nothing_else(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--model", "lightning.pytorch.demos.boring_classes.BoringModel"])
     assert exit_info.value.code == 2
+    assert "--model must be one of VPGModule, DQNModule, got lightning.pytorch" in capsys.readouterr().err
 
 
 def test_dqn_config_fits_with_tiny_settings(tmp_path):
@@ -174,15 +175,16 @@ def test_num_threads_sets_torch_threads(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("override", "message"),
+    ("config_path", "override", "message"),
     [
-        ("--model.init_args.num_envs=0", "num_envs must be >= 1, got 0"),
-        ("--model.init_args.env_id=Nope-v0", "unknown env_id 'Nope-v0'"),
+        (VPG_CONFIG, "--model.init_args.num_envs=0", "error: num_envs must be >= 1, got 0\n"),
+        (VPG_CONFIG, "--model.init_args.env_id=Nope-v0", "error: unknown env_id 'Nope-v0'"),
+        (DQN_CONFIG, "--model.init_args.loss=l1", "error: loss must be 'mse' or 'huber', got 'l1'\n"),
     ],
 )
-def test_a_value_the_module_rejects_exits_2_with_its_message(override, message, tmp_path, capsys):
+def test_a_value_the_module_rejects_exits_2_with_its_message(config_path, override, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(VPG_CONFIG), override, "--trainer.default_root_dir", str(tmp_path)])
+        main(["fit", "--config", str(config_path), override, f"--trainer.default_root_dir={tmp_path}"])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "lightning_logs").exists()
