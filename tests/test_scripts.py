@@ -28,11 +28,14 @@ def test_train_vpg_script_trains_logs_and_checkpoints(tmp_path):
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "done: 480 env steps" in result.stdout
-    checkpoints = list((tmp_path / "lightning_logs" / "version_0" / "checkpoints").glob("*.ckpt"))
-    assert len(checkpoints) == 1
-    assert list((tmp_path / "lightning_logs" / "version_0").glob("events.out.tfevents.*"))
-    assert str(checkpoints[0].name) in result.stdout
+    assert "480 env steps, 2 updates" in result.stdout
+    assert "greedy eval return" in result.stdout
+    run = tmp_path / "lightning_logs" / "version_0"
+    checkpoints = sorted(path.name for path in (run / "checkpoints").glob("*.ckpt"))
+    assert len(checkpoints) == 2 and "last.ckpt" in checkpoints
+    assert all(name in result.stdout for name in checkpoints)
+    assert list(run.glob("events.out.tfevents.*"))
+    assert [path.name for path in (run / "videos").glob("*.mp4")] == ["step_240.mp4"]
 
 
 def test_train_vpg_script_rejects_bad_hyperparameters(tmp_path):
