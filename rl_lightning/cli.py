@@ -33,6 +33,11 @@ TRAINER_DEFAULTS = {"accelerator": "cpu", "devices": 1, "log_every_n_steps": 1}
 class RLLightningCLI(LightningCLI):
     """``LightningCLI`` with ``--model`` limited to :data:`MODEL_CLASSES` and a ``--num_threads`` option."""
 
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        # Only fit: the modules have no validation, test or predict steps.
+        return {"fit": LightningCLI.subcommands()["fit"]}
+
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # As LightningCLI's without ``--data``: each module makes its own data.
         parser.add_lightning_class_args(self.trainer_class, "trainer")

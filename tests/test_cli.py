@@ -190,6 +190,14 @@ def test_a_value_the_module_rejects_exits_2_with_its_message(config_path, overri
     assert not (tmp_path / "lightning_logs").exists()
 
 
+def test_fit_is_the_only_subcommand(capsys):
+    # The modules have no validation, test or predict steps.
+    with pytest.raises(SystemExit) as exit_info:
+        main(["validate", "--config", str(VPG_CONFIG)])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'validate' (choose from 'fit')" in capsys.readouterr().err
+
+
 def test_a_value_of_the_wrong_type_exits_2(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", str(VPG_CONFIG), "--model.init_args.num_envs=many"])
