@@ -1,0 +1,57 @@
+"""Run by tests/distributed/test_ddp.py: fit a module with Trainer(devices=2, strategy=...) on
+CPU (gloo) and write each rank's final weights and counters to OUT_DIR/rank<k>.pt."""
+
+import sys
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from rl_lightning import VPGModule
+
+
+class Record(L.Callback):
+    """Save this rank's weights and counters when training ends."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = out_dir
+
+    def on_train_end(self, trainer, pl_module):
+        state = {key: value.detach().cpu() for key, value in pl_module.state_dict().items()}
+        record = {
+            "state_dict": state,
+            "env_steps": pl_module.env_steps,
+            "global_step": trainer.global_step,
+            "world_size": trainer.world_size,
+        }
+        torch.save(record, self.out_dir / f"rank{trainer.global_rank}.pt")
+
+
+def main() -> None:
+    out_dir, strategy, algo = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    torch.set_num_threads(1)
+    if algo == "vpg":
+        module = VPGModule(num_envs=8, num_steps_per_rollout=50, seed=4)
+        max_steps = 4
+    else:
+        from rl_lightning.algos.dqn import DQNModule
+
+        module = DQNModule(env_id="CartPole-v1", num_envs=4, learning_starts=64, batch_size=32, seed=4)
+        max_steps = 20
+
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy=strategy,
+        max_steps=max_steps,
+        default_root_dir=out_dir,
+        callbacks=[Record(out_dir)],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+    )
+    trainer.fit(module)
+
+
+if __name__ == "__main__":
+    main()

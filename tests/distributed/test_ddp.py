@@ -1,0 +1,39 @@
+"""DDP on CPU: two gloo processes train, log once, finish, and end with identical weights."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+HERE = Path(__file__).resolve().parent
+
+
+def _run(tmp_path: Path, strategy: str, algo: str) -> tuple[dict, dict]:
+    result = subprocess.run(
+        [sys.executable, str(HERE / "ddp_fit.py"), str(tmp_path), strategy, algo],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+def test_vpg_ddp_two_cpu_processes_end_with_identical_weights(tmp_path, strategy):
+    rank0, rank1 = _run(tmp_path, strategy, "vpg")
+    assert rank0["world_size"] == rank1["world_size"] == 2
+    assert rank0["global_step"] == rank1["global_step"] == 4
+    # Env steps are counted globally and identically: 4 rollouts x 8 envs x 50 steps x 2 ranks.
+    assert rank0["env_steps"] == rank1["env_steps"] == 4 * 8 * 50 * 2
+    for name, tensor in rank0["state_dict"].items():
+        torch.testing.assert_close(tensor, rank1["state_dict"][name], rtol=0, atol=0, msg=name)
+    # One logger: a single event file from rank 0, with one point per rollout.
+    event_files = list(tmp_path.glob("lightning_logs/version_*/events.out.tfevents.*"))
+    assert len(event_files) == 1
+    events = EventAccumulator(str(event_files[0].parent))
+    events.Reload()
+    assert [e.value for e in events.Scalars("charts/env_steps")] == [800.0, 1600.0, 2400.0, 3200.0]
