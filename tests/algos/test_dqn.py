@@ -178,3 +178,26 @@ def test_evaluate_greedy_runs_complete_episodes():
     network = _linear([0.0, 0.0], [0.0, 1.0])
     assert evaluate_greedy(network, "Probe4-v0", num_episodes=5) == 1.0
     assert evaluate_greedy(_linear([0.0, 0.0], [1.0, 0.0]), "Probe4-v0", num_episodes=5) == -1.0
+
+
+class _StopWhenSolved(L.Callback):
+    def __init__(self, every_n_env_steps, threshold):
+        self.every_n_env_steps, self.threshold = every_n_env_steps, threshold
+        self.next_eval, self.returns = every_n_env_steps, []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if pl_module.env_steps >= self.next_eval:
+            self.next_eval += self.every_n_env_steps
+            self.returns.append(evaluate_greedy(pl_module.q_network, "CartPole-v1", num_episodes=20, seed=4242))
+            trainer.should_stop = self.returns[-1] >= self.threshold
+
+
+def test_dqn_solves_cartpole_greedy_mean_return_at_least_475():
+    """The default hyper-parameters, seed 0: greedy mean return over 20 episodes >= 475 within
+    the script's 5,000-update budget (here after ~2,400 updates, ~6 s of one CPU)."""
+    torch.set_num_threads(1)
+    module = DQNModule(env_id="CartPole-v1", seed=0)
+    stopper = _StopWhenSolved(every_n_env_steps=4_000, threshold=475.0)
+    _trainer(5_000, callbacks=[stopper]).fit(module)
+    assert evaluate_greedy(module.q_network, "CartPole-v1", num_episodes=20, seed=4242) >= 475.0
+    assert stopper.returns[-1] >= 475.0 and module.env_steps < 100_000

@@ -36,14 +36,14 @@ def test_dqn_learns_probe_q_values(probe):
         seed=0,
     )
     trainer = L.Trainer(
-        max_steps=1000,
+        max_steps=600,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
     )
     trainer.fit(module)
-    assert module.env_steps == 100 + 1000 * 4
+    assert module.env_steps == 100 + 600 * 4
     with torch.no_grad():
         q_values = module.q_network(torch.tensor(obs))
     torch.testing.assert_close(q_values, torch.tensor(expected), atol=tolerance, rtol=0)
