@@ -80,7 +80,11 @@ class CartPole(VectorEnv):
         self._x_threshold = torch.tensor(X_THRESHOLD, dtype=dtype, device=self.device)
         self._theta_threshold = torch.tensor(THETA_THRESHOLD, dtype=dtype, device=self.device)
         self._four_thirds_length = torch.tensor(4.0 / 3.0 * HALF_POLE_LENGTH, dtype=dtype, device=self.device)
+        # A valid state before the first reset, drawn without advancing the generator, so that
+        # `CartPole(n, seed=s).reset()` starts exactly like `reset(seed=s)` (and that state).
+        generator_state = self.generator.get_state()
         self._reset_all()
+        self.generator.set_state(generator_state)
 
     @property
     def episode_steps(self) -> Tensor:
@@ -97,7 +101,8 @@ class CartPole(VectorEnv):
         value = torch.as_tensor(value, dtype=self.dtype, device=self.device)
         if value.shape != (self.num_envs, 4):
             raise ValueError(f"state must have shape ({self.num_envs}, 4), got {tuple(value.shape)}")
-        self._state = value.T.contiguous()
+        # Always a copy: a (1, 4) value's transpose is already contiguous and would alias it.
+        self._state = value.T.clone(memory_format=torch.contiguous_format)
 
     def _obs(self, state: Tensor) -> Tensor:
         return state.T if self.dtype == torch.float32 else state.T.float()
@@ -121,9 +126,7 @@ class CartPole(VectorEnv):
         # temp = (force + m_p l theta_dot^2 sin) / M
         force_over_mass = self._force_over_mass.index_select(0, actions)
         cos_theta, sin_theta = torch.cos(theta), torch.sin(theta)
-        temp = torch.addcmul(
-            force_over_mass, theta_dot.square(), sin_theta, value=POLE_MASS_LENGTH / TOTAL_MASS
-        )
+        temp = torch.addcmul(force_over_mass, theta_dot.square(), sin_theta, value=POLE_MASS_LENGTH / TOTAL_MASS)
         # theta_acc = (g sin - cos temp) / (l (4/3 - m_p cos^2 / M))
         numerator = torch.addcmul(sin_theta.mul_(self._gravity), cos_theta, temp, value=-1.0)
         denominator = torch.addcmul(

@@ -45,11 +45,11 @@ class _ProbeEnv(VectorEnv):
         )
         self.single_action_space = gym.spaces.Discrete(self.num_actions_)
         super().__init__(num_envs, seed, device)
-        self._obs = torch.zeros(num_envs, 1, device=self.device)
+        self._obs = torch.zeros(num_envs, 1, dtype=torch.float32, device=self.device)
         self._t = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
 
     def _initial_obs(self, count: int) -> Tensor:
-        return torch.zeros(count, 1, device=self.device)
+        return torch.zeros(count, 1, dtype=torch.float32, device=self.device)
 
     def _reward(self, actions: Tensor) -> Tensor:
         raise NotImplementedError
@@ -82,7 +82,7 @@ class Probe1(_ProbeEnv):
     """One action, obs [0], one step, reward +1: V = 1."""
 
     def _reward(self, actions: Tensor) -> Tensor:
-        return torch.ones(self.num_envs, device=self.device)
+        return torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
 
 
 class Probe2(_ProbeEnv):
@@ -92,7 +92,7 @@ class Probe2(_ProbeEnv):
 
     def _initial_obs(self, count: int) -> Tensor:
         coin = torch.rand(count, 1, generator=self.generator, device=self.device) < 0.5
-        return torch.where(coin, 1.0, -1.0)
+        return torch.where(coin, 1.0, -1.0).float()
 
     def _reward(self, actions: Tensor) -> Tensor:
         return self._obs[:, 0].clone()
@@ -130,4 +130,4 @@ class Probe5(_ProbeEnv):
         return (torch.rand(count, 1, generator=self.generator, device=self.device) < 0.5).float()
 
     def _reward(self, actions: Tensor) -> Tensor:
-        return torch.where(actions == self._obs[:, 0].long(), 1.0, -1.0)
+        return torch.where(actions == self._obs[:, 0].long(), 1.0, -1.0).float()

@@ -1,0 +1,260 @@
+"""The vector-env contract (rl_lightning/envs/base.py), checked for every registered env."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rl_lightning.envs import CartPole, VectorEnv, make_envs, register, registered_env_ids
+from rl_lightning.envs.render import CART_COLOR
+
+ENV_IDS = registered_env_ids()
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+NUM_ENVS = 8
+# Envs whose observations are random; the others are deterministic whatever the seed.
+RANDOM_ENV_IDS = {"CartPole-v1", "CartPole-gpu", "Probe2-v0", "Probe5-v0"}
+
+
+def _random_actions(env: VectorEnv, generator: torch.Generator) -> torch.Tensor:
+    actions = torch.randint(0, env.num_actions, (env.num_envs,), generator=generator)
+    return actions.to(env.device)
+
+
+def _rollout(env: VectorEnv, num_steps: int, action_seed: int = 0, reset_seed: int | None = None):
+    """Obs, reward, terminated, truncated and final obs of `num_steps` steps, stacked on dim 0."""
+    generator = torch.Generator().manual_seed(action_seed)
+    obs, _ = env.reset(seed=reset_seed)
+    history = [[obs], [], [], [], []]
+    for _ in range(num_steps):
+        obs, reward, terminated, truncated, info = env.step(_random_actions(env, generator))
+        for item, value in zip(history, (obs, reward, terminated, truncated, info["final_observation"]), strict=True):
+            item.append(value)
+    return [torch.stack(item) for item in history]
+
+
+def test_registry_holds_cartpole_and_the_five_probes():
+    assert {"CartPole-v1", "CartPole-gpu"} | {f"Probe{i}-v0" for i in range(1, 6)} <= set(ENV_IDS)
+    assert registered_env_ids() == sorted(registered_env_ids())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_reset_and_step_shapes_dtypes_devices(env_id, device):
+    env = make_envs(env_id, NUM_ENVS, seed=0, device=device)
+    assert env.num_envs == NUM_ENVS and env.device == torch.device(device)
+    obs_shape = tuple(env.single_observation_space.shape)
+    assert env.obs_shape == obs_shape
+
+    obs, info = env.reset()
+    assert info == {}
+    assert obs.shape == (NUM_ENVS, *obs_shape) and obs.dtype == torch.float32
+    assert obs.device.type == torch.device(device).type
+
+    actions = torch.zeros(NUM_ENVS, dtype=torch.int64, device=device)
+    obs, reward, terminated, truncated, info = env.step(actions)
+    assert obs.shape == (NUM_ENVS, *obs_shape) and obs.dtype == torch.float32
+    assert reward.shape == (NUM_ENVS,) and reward.dtype == torch.float32
+    assert terminated.shape == (NUM_ENVS,) and terminated.dtype == torch.bool
+    assert truncated.shape == (NUM_ENVS,) and truncated.dtype == torch.bool
+    final_obs = info["final_observation"]
+    assert final_obs.shape == (NUM_ENVS, *obs_shape) and final_obs.dtype == torch.float32
+    for tensor in (obs, reward, terminated, truncated, final_obs):
+        assert tensor.device.type == torch.device(device).type
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_every_integer_action_dtype_is_accepted(env_id):
+    env = make_envs(env_id, NUM_ENVS, seed=0)
+    env.reset()
+    for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64):
+        _, reward, *_ = env.step(torch.full((NUM_ENVS,), env.num_actions - 1, dtype=dtype))
+        assert reward.shape == (NUM_ENVS,)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_gymnasium_spaces(env_id):
+    env = make_envs(env_id, NUM_ENVS, seed=0)
+    assert isinstance(env.single_observation_space, gym.spaces.Box)
+    assert env.single_observation_space.dtype == np.float32
+    assert isinstance(env.single_action_space, gym.spaces.Discrete)
+    assert env.num_actions == env.single_action_space.n >= 1
+    assert env.observation_space.shape == (NUM_ENVS, *env.single_observation_space.shape)
+    assert isinstance(env.action_space, gym.spaces.MultiDiscrete)
+    assert env.action_space.shape == (NUM_ENVS,)
+    assert (env.action_space.nvec == env.num_actions).all()
+    obs, _ = env.reset()
+    assert env.observation_space.contains(obs.numpy())
+    for row in obs.numpy():
+        assert env.single_observation_space.contains(row)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_same_seed_same_trajectory(env_id):
+    first = _rollout(make_envs(env_id, NUM_ENVS, seed=123), num_steps=60)
+    second = _rollout(make_envs(env_id, NUM_ENVS, seed=123), num_steps=60)
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_different_seeds_differ_only_for_random_envs(env_id):
+    first = _rollout(make_envs(env_id, NUM_ENVS, seed=1), num_steps=30)
+    second = _rollout(make_envs(env_id, NUM_ENVS, seed=2), num_steps=30)
+    assert torch.equal(first[0], second[0]) == (env_id not in RANDOM_ENV_IDS)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_instances_do_not_share_randomness(env_id):
+    reference = _rollout(make_envs(env_id, NUM_ENVS, seed=7), num_steps=40)
+    env_a = make_envs(env_id, NUM_ENVS, seed=7)
+    env_b = make_envs(env_id, NUM_ENVS, seed=7)
+    global_rng = torch.get_rng_state()
+    _rollout(env_a, num_steps=100, action_seed=5)  # draws from env_a's generator only
+    assert torch.equal(torch.get_rng_state(), global_rng)
+    for a, b in zip(reference, _rollout(env_b, num_steps=40), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_reset_with_seed_reseeds(env_id):
+    fresh = _rollout(make_envs(env_id, NUM_ENVS, seed=42), num_steps=40)
+    used = make_envs(env_id, NUM_ENVS, seed=0)
+    _rollout(used, num_steps=25, action_seed=3)
+    for a, b in zip(fresh, _rollout(used, num_steps=40, reset_seed=42), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_rng_state_round_trip_replays_the_future(env_id):
+    env = make_envs(env_id, NUM_ENVS, seed=9)
+    env.reset()
+    state = env.get_rng_state()
+    first = env.reset()[0]
+    env.set_rng_state(state)
+    assert torch.equal(env.reset()[0], first)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_final_observation_equals_obs_unless_the_episode_ended(env_id):
+    obs, _, terminated, truncated, final_obs = _rollout(make_envs(env_id, 64, seed=0), num_steps=200)
+    done = terminated | truncated
+    assert done.any(), "the rollout must contain episode ends"
+    assert torch.equal(final_obs[~done], obs[1:][~done])
+    assert not (terminated & truncated).all()
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_returned_obs_is_not_mutated_by_later_steps(env_id):
+    env = make_envs(env_id, NUM_ENVS, seed=0)
+    obs, _ = env.reset()
+    kept = obs.clone()
+    _, _, _, _, info = env.step(torch.zeros(NUM_ENVS, dtype=torch.int64))
+    kept_final = info["final_observation"].clone()
+    for _ in range(5):
+        env.step(torch.zeros(NUM_ENVS, dtype=torch.int64))
+    assert torch.equal(obs, kept)
+    assert torch.equal(info["final_observation"], kept_final)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_draw_gives_uint8_rgb_for_single_and_batched_obs(env_id):
+    env = make_envs(env_id, NUM_ENVS, seed=0)
+    obs, _ = env.reset()
+    single = env.draw(obs[0])
+    assert single.dtype == torch.uint8 and single.device.type == "cpu"
+    assert single.ndim == 3 and single.shape[-1] == 3 and min(single.shape[:2]) >= 8
+    batched = env.draw(obs)
+    assert batched.shape == (NUM_ENVS, *single.shape) and batched.dtype == torch.uint8
+    assert torch.equal(batched[0], single)
+    time_batched = env.draw(torch.stack([obs, obs, obs]))
+    assert time_batched.shape == (3, NUM_ENVS, *single.shape)
+    assert isinstance(env.render_fps, int) and env.render_fps > 0
+
+
+def test_cartpole_draw_moves_with_the_cart():
+    env = CartPole(1, seed=0)
+    left = env.draw(torch.tensor([-1.5, 0.0, 0.0, 0.0]))
+    right = env.draw(torch.tensor([1.5, 0.0, 0.0, 0.0]))
+    assert (left != 255).any() and not torch.equal(left, right)
+    width = left.shape[1]
+
+    def cart_column(image):
+        is_cart = (image == torch.tensor(CART_COLOR, dtype=torch.uint8)).all(-1)
+        return is_cart.any(0).nonzero().float().mean()
+
+    assert cart_column(left) < width / 2 < cart_column(right)
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize(
+    ("actions", "error", "message"),
+    [
+        (lambda n, k: [0] * n, TypeError, "torch.Tensor"),
+        (lambda n, k: np.zeros(n, dtype=np.int64), TypeError, "torch.Tensor"),
+        (lambda n, k: torch.zeros(n + 1, dtype=torch.int64), ValueError, "shape"),
+        (lambda n, k: torch.zeros(n, 1, dtype=torch.int64), ValueError, "shape"),
+        (lambda n, k: torch.zeros((), dtype=torch.int64), ValueError, "shape"),
+        (lambda n, k: torch.zeros(n), TypeError, "integer dtype"),
+        (lambda n, k: torch.zeros(n, dtype=torch.bool), TypeError, "integer dtype"),
+        (lambda n, k: torch.full((n,), -1), ValueError, "in [0,"),
+        (lambda n, k: torch.full((n,), k), ValueError, "in [0,"),
+        (lambda n, k: torch.zeros(n, dtype=torch.int64, device="meta"), ValueError, "must be on"),
+    ],
+    ids=["list", "numpy", "too-long", "2d", "scalar", "float", "bool", "negative", "too-big", "device"],
+)
+def test_bad_actions_raise_helpful_errors(env_id, actions, error, message):
+    env = make_envs(env_id, NUM_ENVS, seed=0)
+    env.reset()
+    with pytest.raises(error, match=message.replace("[", r"\[").replace(".", r"\.")):
+        env.step(actions(NUM_ENVS, env.num_actions))
+
+
+def test_bad_action_message_names_the_allowed_range_and_the_values():
+    env = CartPole(3, seed=0)
+    with pytest.raises(ValueError, match=r"\[0, 2\).*\[0, 5\]"):
+        env.step(torch.tensor([0, 5, 1]))
+
+
+@pytest.mark.parametrize("num_envs", [0, -1, 2.0, True, "4"])
+def test_bad_num_envs_raises(num_envs):
+    with pytest.raises(ValueError, match="num_envs"):
+        CartPole(num_envs)
+
+
+def test_bad_seed_raises():
+    with pytest.raises(TypeError, match="seed"):
+        CartPole(2, seed=1.5)
+
+
+def test_make_envs_unknown_id_lists_the_registered_ids():
+    with pytest.raises(ValueError, match="CartPol-v1") as excinfo:
+        make_envs("CartPol-v1", 2)
+    for env_id in ENV_IDS:
+        assert env_id in str(excinfo.value)
+
+
+def test_register_rejects_a_duplicate_id_unless_overwrite():
+    with pytest.raises(ValueError, match="already registered"):
+        register("CartPole-v1", CartPole)
+    assert registered_env_ids() == ENV_IDS
+    env_id = "_TestOnlyCartPole-v0"
+    register(env_id, CartPole)
+    try:
+        register(env_id, lambda num_envs, seed, device: CartPole(num_envs, seed, device), overwrite=True)
+        assert isinstance(make_envs(env_id, 3, seed=0), CartPole)
+    finally:
+        from rl_lightning.envs import registry
+
+        del registry._REGISTRY[env_id]
+    with pytest.raises(TypeError):
+        register("", CartPole)
+    with pytest.raises(TypeError):
+        register("_TestOnlyNotCallable-v0", 3)
+
+
+def test_cartpole_gpu_alias_builds_the_same_env():
+    alias = make_envs("CartPole-gpu", NUM_ENVS, seed=3)
+    assert isinstance(alias, CartPole)
+    original = _rollout(make_envs("CartPole-v1", NUM_ENVS, seed=3), 50)
+    for a, b in zip(_rollout(alias, 50), original, strict=True):
+        assert torch.equal(a, b)
