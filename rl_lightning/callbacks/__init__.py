@@ -1,7 +1,17 @@
 """Callbacks keyed on environment steps: schedules, target sync, evaluation and videos."""
 
+from rl_lightning.callbacks.epsilon import EpsilonDecay
 from rl_lightning.callbacks.evaluation import Evaluation, evaluate_policy
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
+from rl_lightning.callbacks.target_sync import TargetNetworkSync, update_target_network
 from rl_lightning.callbacks.video import GridVideoLogger
 
-__all__ = ["Evaluation", "GridVideoLogger", "LinearLRDecay", "evaluate_policy"]
+__all__ = [
+    "EpsilonDecay",
+    "Evaluation",
+    "GridVideoLogger",
+    "LinearLRDecay",
+    "TargetNetworkSync",
+    "evaluate_policy",
+    "update_target_network",
+]
