@@ -134,9 +134,7 @@ class VectorEnv:
         if not isinstance(actions, Tensor):
             raise TypeError(f"actions must be a torch.Tensor, got {type(actions).__name__}")
         if actions.shape != (self.num_envs,):
-            raise ValueError(
-                f"actions must have shape ({self.num_envs},) (one per env), got {tuple(actions.shape)}"
-            )
+            raise ValueError(f"actions must have shape ({self.num_envs},) (one per env), got {tuple(actions.shape)}")
         if actions.dtype not in _INTEGER_DTYPES:
             raise TypeError(f"actions must have an integer dtype, got {actions.dtype}")
         if actions.device != self.device:
@@ -144,6 +142,4 @@ class VectorEnv:
         # One fused reduction; on a GPU this is the only host sync of a step.
         low, high = torch.aminmax(actions)
         if low.item() < 0 or high.item() >= self.num_actions:
-            raise ValueError(
-                f"actions must be in [0, {self.num_actions}), got values in [{low.item()}, {high.item()}]"
-            )
+            raise ValueError(f"actions must be in [0, {self.num_actions}), got values in [{low.item()}, {high.item()}]")

@@ -32,9 +32,7 @@ def registered_env_ids() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def make_envs(
-    env_id: str, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu"
-) -> VectorEnv:
+def make_envs(env_id: str, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu") -> VectorEnv:
     """Build ``num_envs`` copies of the env registered as ``env_id`` on ``device``.
 
     Raises:
