@@ -107,7 +107,10 @@ def watch_callbacks(args: argparse.Namespace) -> list[L.Callback]:
 
     callbacks: list[L.Callback] = [
         Evaluation(every_n_env_steps=args.eval_every_n_env_steps, num_eval_episodes=args.num_eval_episodes),
-        ModelCheckpoint(monitor="eval/episodic_return", mode="max", save_last=True),
+        ModelCheckpoint(monitor="eval/episodic_return", mode="max", filename="best-{epoch}-{step}"),
+        # Lightning 2.6 writes save_last's copy only when a monitored checkpoint improves, so the
+        # state to resume from is a second, unmonitored checkpoint rewritten every epoch.
+        ModelCheckpoint(filename="last"),
     ]
     if not args.no_video:
         callbacks.append(GridVideoLogger(every_n_env_steps=args.video_every_n_env_steps))
@@ -137,11 +140,13 @@ def report(trainer: L.Trainer, module: L.LightningModule, seconds: float) -> str
         else "no evaluation"
     )
     log_dir = trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir
-    checkpoint = trainer.checkpoint_callback
+    checkpoints = trainer.checkpoint_callbacks
+    best = next((c.best_model_path for c in checkpoints if c.monitor is not None), "none")
+    last = next((c.best_model_path for c in checkpoints if c.monitor is None), "none")
     lines = [
         f"done: {eval_text}, {seconds:.1f} s wall, {module.env_steps:,} env steps, {trainer.global_step} updates",
-        f"  best checkpoint:  {checkpoint.best_model_path if checkpoint else 'none'}",
-        f"  last checkpoint:  {checkpoint.last_model_path if checkpoint else 'none'}",
+        f"  best checkpoint:  {best}",
+        f"  last checkpoint:  {last}  (resume: --ckpt_path {last})",
         f"  videos:           {log_dir}/videos ({len(video.video_paths) if video else 0} mp4)",
         f"  TensorBoard logs: {log_dir}  (tensorboard --logdir {Path(log_dir).parent.parent})",
     ]

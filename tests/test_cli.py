@@ -70,9 +70,10 @@ def test_python_m_rl_lightning_fits_the_vpg_config_and_saves_checkpoint_and_conf
     )
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = _version_0(tmp_path)
-    checkpoints = list((run_dir / "checkpoints").glob("*.ckpt"))
-    assert [path.name for path in checkpoints] == ["epoch=1-step=2.ckpt"]
-    checkpoint = torch.load(checkpoints[0], weights_only=False)
+    # The config's ModelCheckpoint keeps the best greedy evaluation and the last state.
+    checkpoints = sorted(path.name for path in (run_dir / "checkpoints").glob("*.ckpt"))
+    assert len(checkpoints) == 2 and "last.ckpt" in checkpoints and checkpoints[0].startswith("best-")
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
     assert checkpoint["rl_lightning"]["env_steps"] == 2 * 8 * 20
     assert checkpoint["hyper_parameters"]["num_envs"] == 8
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -133,7 +134,7 @@ def test_dqn_config_fits_with_tiny_settings(tmp_path):
     assert cli.trainer.global_step == 5
     assert cli.model.hparams.buffer_size == 64
     assert (_version_0(tmp_path) / "config.yaml").is_file()
-    assert [path.name for path in (_version_0(tmp_path) / "checkpoints").glob("*.ckpt")] == ["epoch=0-step=5.ckpt"]
+    assert (_version_0(tmp_path) / "checkpoints" / "last.ckpt").is_file()
 
 
 def test_bf16_mixed_precision_fits_vpg_on_cpu(tmp_path):
@@ -156,7 +157,7 @@ def test_bf16_mixed_precision_fits_vpg_on_cpu(tmp_path):
 def test_fit_resumes_from_ckpt_path_with_the_checkpoints_hyper_parameters(tmp_path):
     root = f"--trainer.default_root_dir={tmp_path}"
     make_cli(["fit", "--config", str(VPG_CONFIG), *TINY_VPG, root])
-    (checkpoint,) = (_version_0(tmp_path) / "checkpoints").glob("*.ckpt")
+    checkpoint = _version_0(tmp_path) / "checkpoints" / "last.ckpt"
     # No num_envs / num_steps_per_rollout overrides: they come back from the checkpoint.
     tiny_trainer = [arg for arg in TINY_VPG if arg.startswith("--trainer.") and "max_steps" not in arg]
     cli = make_cli(

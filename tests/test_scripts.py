@@ -32,7 +32,7 @@ def test_train_vpg_script_trains_logs_and_checkpoints(tmp_path):
     assert "greedy eval return" in result.stdout
     run = tmp_path / "lightning_logs" / "version_0"
     checkpoints = sorted(path.name for path in (run / "checkpoints").glob("*.ckpt"))
-    assert len(checkpoints) == 2 and "last.ckpt" in checkpoints
+    assert len(checkpoints) == 2 and "last.ckpt" in checkpoints and checkpoints[0].startswith("best-")
     assert all(name in result.stdout for name in checkpoints)
     assert list(run.glob("events.out.tfevents.*"))
     assert [path.name for path in (run / "videos").glob("*.mp4")] == ["step_240.mp4"]
