@@ -165,9 +165,10 @@ def main() -> None:
             f"| {name} | {len(results)} | {sum(t == t for t in times)}/{len(results)} | {median_time:.2f} | "
             f"{int(_median(steps)):,} | {median_time / ours:.2f}x |"
         )
-        print(name, ["%.2f" % t for t in times], steps, flush=True)
+        print(name, [f"{t:.2f}" for t in times], steps, flush=True)
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     cpu = next(
-        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
         platform.processor(),
     )
     table = "\n".join(

@@ -31,8 +31,7 @@ def compute_returns(rewards: Tensor, dones: Tensor, gamma: float) -> Tensor:
     """
     if rewards.shape != dones.shape or rewards.dim() != 2:
         raise ValueError(
-            f"rewards and dones must both be (num_envs, num_steps), got {tuple(rewards.shape)} "
-            f"and {tuple(dones.shape)}"
+            f"rewards and dones must both be (num_envs, num_steps), got {tuple(rewards.shape)} and {tuple(dones.shape)}"
         )
     rewards = rewards.float()
     # Multiplying by a precomputed "continue" mask keeps the loop at two kernels per step.

@@ -92,9 +92,7 @@ class VPGModule(L.LightningModule):
     ):
         super().__init__()
         if env_id not in registered_env_ids():
-            raise ValueError(
-                f"unknown env_id {env_id!r}; registered env ids: {', '.join(registered_env_ids())}"
-            )
+            raise ValueError(f"unknown env_id {env_id!r}; registered env ids: {', '.join(registered_env_ids())}")
         for name, value in (
             ("num_envs", num_envs),
             ("num_steps_per_rollout", num_steps_per_rollout),
@@ -110,9 +108,7 @@ class VPGModule(L.LightningModule):
         if clip_coef is not None and not 0.0 < clip_coef < 1.0:
             raise ValueError(f"clip_coef must be in (0, 1) or None, got {clip_coef}")
         if num_envs % num_batches_per_rollout != 0:
-            raise ValueError(
-                f"num_batches_per_rollout ({num_batches_per_rollout}) must divide num_envs ({num_envs})"
-            )
+            raise ValueError(f"num_batches_per_rollout ({num_batches_per_rollout}) must divide num_envs ({num_envs})")
         if not use_iw and (rollout_use_count != 1 or num_batches_per_rollout != 1):
             raise ValueError(
                 "reusing a rollout (rollout_use_count > 1) or splitting it into several batches "
@@ -166,9 +162,7 @@ class VPGModule(L.LightningModule):
         return -objective
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(
-            self.policy_network.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps
-        )
+        return torch.optim.Adam(self.policy_network.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps)
 
     def train_dataloader(self) -> DataLoader:
         hp = self.hparams
@@ -258,7 +252,6 @@ class VPGModule(L.LightningModule):
         env_id = saved.get("env_id", checkpoint.get("hyper_parameters", {}).get("env_id"))
         if env_id is not None and env_id != self.hparams.env_id:
             raise ValueError(
-                f"checkpoint was trained on env_id {env_id!r} but this module is built for "
-                f"{self.hparams.env_id!r}"
+                f"checkpoint was trained on env_id {env_id!r} but this module is built for {self.hparams.env_id!r}"
             )
         self._env_steps_offset = int(saved.get("env_steps", 0))

@@ -51,13 +51,9 @@ class LinearLRDecay(L.Callback):
         return batches * pl_module.env_steps_per_training_step
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._initial_lrs = [
-            group.get("initial_lr", group["lr"]) for group in trainer.optimizers[0].param_groups
-        ]
+        self._initial_lrs = [group.get("initial_lr", group["lr"]) for group in trainer.optimizers[0].param_groups]
 
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx
-    ) -> None:
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx) -> None:
         progress = pl_module.env_steps / self._total(trainer, pl_module)
         for group, lr in zip(trainer.optimizers[0].param_groups, self._initial_lrs, strict=True):
             group["lr"] = linear_schedule(lr, self.lr_end, self.lr_frac, progress)

@@ -11,7 +11,9 @@ from rl_lightning.data.rollout import Rollout, RolloutSource, RolloutTensors
 warnings.filterwarnings("ignore", message=r"Your `IterableDataset` has `__len__` defined")
 # Our modules log their charts once per epoch (one rollout for VPG), which Lightning writes
 # whatever log_every_n_steps is; its hint to lower log_every_n_steps for short epochs is moot.
-warnings.filterwarnings("ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval")
+warnings.filterwarnings(
+    "ignore", message=r"The number of training batches \(\d+\) is smaller than the logging interval"
+)
 
 __all__ = [
     "ReplayBuffer",

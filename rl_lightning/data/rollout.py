@@ -49,9 +49,7 @@ class Rollout:
         """Number of steps stored."""
         return len(self._steps)
 
-    def add_step(
-        self, obs: Tensor, actions: Tensor, logprobs: Tensor, rewards: Tensor, dones: Tensor
-    ) -> None:
+    def add_step(self, obs: Tensor, actions: Tensor, logprobs: Tensor, rewards: Tensor, dones: Tensor) -> None:
         """Store one timestep of every env.
 
         Args:
@@ -174,9 +172,7 @@ class RolloutSource(IterableDataset):
     ):
         super().__init__()
         if envs.num_envs % num_batches != 0:
-            raise ValueError(
-                f"num_batches ({num_batches}) must divide num_envs ({envs.num_envs}) so batches are equal"
-            )
+            raise ValueError(f"num_batches ({num_batches}) must divide num_envs ({envs.num_envs}) so batches are equal")
         self.envs = envs
         self.policy = policy
         self.rollout = Rollout(num_steps)
