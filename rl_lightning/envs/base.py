@@ -46,6 +46,8 @@ class VectorEnv:
     single_action_space: gym.spaces.Discrete
     #: Frames per second for videos of this env.
     render_fps: int = 50
+    #: Attributes holding the env's dynamic state, saved by :meth:`state_dict`.
+    _state_attributes: tuple[str, ...] = ()
 
     def __init__(self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu"):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
@@ -118,6 +120,30 @@ class VectorEnv:
     def set_rng_state(self, state: Tensor) -> None:
         """Restore the private generator's state saved by :meth:`get_rng_state`."""
         self.generator.set_state(state)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly from here: dynamic state and RNG state."""
+        state: dict[str, Any] = {"env": type(self).__name__, "num_envs": self.num_envs, "rng": self.get_rng_state()}
+        for name in self._state_attributes:
+            value = getattr(self, name)
+            state[name] = value.clone() if isinstance(value, Tensor) else value
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` of an env of the same type and ``num_envs``.
+
+        Raises:
+            ValueError: if the state comes from another env type or ``num_envs``.
+        """
+        if state.get("env") != type(self).__name__ or state.get("num_envs") != self.num_envs:
+            raise ValueError(
+                f"state is for {state.get('env')} with num_envs={state.get('num_envs')}, this env is "
+                f"{type(self).__name__} with num_envs={self.num_envs}"
+            )
+        self.set_rng_state(state["rng"])
+        for name in self._state_attributes:
+            value = state[name]
+            setattr(self, name, value.to(self.device).clone() if isinstance(value, Tensor) else value)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(num_envs={self.num_envs}, device={self.device})"

@@ -104,8 +104,14 @@ class CartPole(VectorEnv):
         # Always a copy: a (1, 4) value's transpose is already contiguous and would alias it.
         self._state = value.T.clone(memory_format=torch.contiguous_format)
 
-    def _obs(self, state: Tensor) -> Tensor:
-        return state.T if self.dtype == torch.float32 else state.T.float()
+    def _obs(self, state: Tensor, private: bool = False) -> Tensor:
+        """Observations ``(num_envs, 4)`` of a ``(4, num_envs)`` state, as a transposed view of
+        memory the env never reads again (a copy unless ``private``), so callers may keep or
+        modify them. A contiguous (4, N) copy is a memcpy; a transposing copy costs ~10x more,
+        so observations are not contiguous: use ``.reshape``, not ``.view``."""
+        if self.dtype != torch.float32:
+            return state.T.float()  # float64 -> float32 is a copy anyway
+        return state.T if private else state.clone().T
 
     def _random_states(self, count: int) -> Tensor:
         states = torch.empty(4, count, dtype=self.dtype, device=self.device)
@@ -155,11 +161,15 @@ class CartPole(VectorEnv):
         if done_idx.numel() > 0:
             self._state = final.index_copy(1, done_idx, self._random_states(done_idx.numel()))
             self._episode_start.index_fill_(0, done_idx, self._clock)
+            # `final` is referenced by nothing but info["final_observation"] from here on.
+            obs, final_obs = self._obs(self._state), self._obs(final, private=True)
         else:
             self._state = final
+            obs = final_obs = self._obs(final)  # nothing reset: the same values, one copy
         reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
-        info = {"final_observation": self._obs(final)}
-        return self._obs(self._state), reward, terminated, truncated, info
+        return obs, reward, terminated, truncated, {"final_observation": final_obs}
+
+    _state_attributes = ("_state", "_clock", "_episode_start")
 
     def draw(self, obs: Tensor) -> Tensor:
         from rl_lightning.envs.render import draw_cartpole

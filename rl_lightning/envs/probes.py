@@ -38,6 +38,7 @@ class _ProbeEnv(VectorEnv):
     obs_high: float = 0.0
     episode_length: int = 1
     render_fps = 4
+    _state_attributes = ("_obs", "_t")
 
     def __init__(self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu"):
         self.single_observation_space = gym.spaces.Box(
