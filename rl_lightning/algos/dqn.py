@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
+from rl_lightning.algos.checkpointing import check_checkpoint_fits, gather_source_states, restore_source_state
 from rl_lightning.callbacks.epsilon import EpsilonDecay
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
 from rl_lightning.data.replay import ReplayBuffer, ReplayBufferSamples, ReplaySource, epsilon_greedy
@@ -72,6 +73,9 @@ class DQNModule(L.LightningModule):
         loss: ``"mse"`` or ``"huber"``.
         seed: network init (same on every rank); env seed ``seed + global_rank``.
         hidden_sizes: hidden layer widths of the Q-network.
+        checkpoint_buffer: save the replay buffer in checkpoints (``buffer_size`` x 45 bytes for
+            CartPole, per process). Without it a resumed run refills the buffer from scratch
+            (``learning_starts`` is not replayed), so it no longer matches an uninterrupted run.
     """
 
     def __init__(
@@ -94,6 +98,7 @@ class DQNModule(L.LightningModule):
         loss: str = "mse",
         seed: int = 0,
         hidden_sizes: Sequence[int] = (120, 84),
+        checkpoint_buffer: bool = True,
     ):
         super().__init__()
         if not isinstance(env_id, str):
@@ -112,6 +117,8 @@ class DQNModule(L.LightningModule):
         _check_float("epsilon_start", epsilon_start, 0.0, 1.0)
         _check_float("epsilon_end", epsilon_end, 0.0, 1.0)
         _check_float("exploration_fraction", exploration_fraction, 0.0, 1.0)
+        if not isinstance(checkpoint_buffer, bool):
+            raise TypeError(f"checkpoint_buffer must be a bool, got {type(checkpoint_buffer).__name__}")
         if not isinstance(double_dqn, bool):
             raise TypeError(f"double_dqn must be a bool, got {type(double_dqn).__name__}")
         if loss not in ("mse", "huber"):
@@ -136,7 +143,7 @@ class DQNModule(L.LightningModule):
         self.source: ReplaySource | None = None  # built in train_dataloader, on the module's device
         self._epsilon = float(epsilon_start)
         self._env_steps = 0  # until the source exists (or from a checkpoint)
-        self._restored_buffer: dict[str, Any] | None = None
+        self._restored_sources: list[dict[str, Any] | None] | None = None  # from a checkpoint
         self._last_log: tuple[float, int] | None = None  # (time, env_steps) for SPS
 
     # -- acting ---------------------------------------------------------------------------
@@ -179,9 +186,6 @@ class DQNModule(L.LightningModule):
         rank, world_size = self.global_rank, self.trainer.world_size
         envs = make_envs(hp.env_id, hp.num_envs, seed=hp.seed + rank, device=self.device)
         buffer = ReplayBuffer(hp.buffer_size, envs.obs_shape, hp.num_envs, seed=hp.seed + rank, device=self.device)
-        if self._restored_buffer is not None:
-            buffer.load_state_dict(self._restored_buffer)
-            self._restored_buffer = None
         self.source = ReplaySource(
             envs,
             buffer,
@@ -195,6 +199,8 @@ class DQNModule(L.LightningModule):
             world_size=world_size,
             env_steps=self._env_steps,
         )
+        restore_source_state(self.source, self._restored_sources, rank, world_size)
+        self._restored_sources = None
         return DataLoader(self.source, batch_size=None, num_workers=0)
 
     # -- learning -------------------------------------------------------------------------
@@ -257,18 +263,18 @@ class DQNModule(L.LightningModule):
     # -- checkpoints ----------------------------------------------------------------------
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[_CHECKPOINT_KEY] = {
-            "env_steps": self.env_steps,
-            "epsilon": self._epsilon,
-            "replay_buffer": self.source.buffer.state_dict() if self.source is not None else None,
-        }
+        # Every rank's envs, RNGs, counters and (unless checkpoint_buffer=False) replay buffer.
+        state = None if self.source is None else self.source.state_dict(self.hparams.checkpoint_buffer)
+        states = gather_source_states(self, state) if self.source is not None else None
+        checkpoint[_CHECKPOINT_KEY] = {"env_steps": self.env_steps, "epsilon": self._epsilon, "sources": states}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        check_checkpoint_fits(self, checkpoint)
         state = checkpoint.get(_CHECKPOINT_KEY)
         if state is not None:
             self._env_steps = state["env_steps"]
             self._epsilon = state["epsilon"]
-            self._restored_buffer = state["replay_buffer"]
+            self._restored_sources = state.get("sources")
 
 
 @torch.no_grad()

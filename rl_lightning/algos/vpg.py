@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from rl_lightning.algos.checkpointing import check_checkpoint_fits, gather_source_states, restore_source_state
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
 from rl_lightning.data.rollout import RolloutSource, RolloutTensors, sample_actions
 from rl_lightning.envs import make_envs, registered_env_ids
@@ -137,7 +138,8 @@ class VPGModule(L.LightningModule):
             self.policy_network = PolicyNetwork(self.obs_shape, self.num_actions, hidden_sizes)
 
         self.source: RolloutSource | None = None
-        self._env_steps_offset = 0  # env steps before this fit (restored from a checkpoint)
+        self._env_steps_offset = 0  # env steps not counted by the source (restored from a checkpoint)
+        self._restored: dict[str, Any] = {}  # what on_load_checkpoint found, applied in train_dataloader
         self._logged_rollouts = 0
         self._last_log_time = math.nan
         self._last_log_env_steps = 0
@@ -178,6 +180,11 @@ class VPGModule(L.LightningModule):
             full_reset=hp.full_reset,
             seed=hp.seed + rank + 1_000_003,
         )
+        if restore_source_state(self.source, self._restored.get("sources"), rank, self.world_size):
+            # The source's own counter now carries the env steps: no offset on top.
+            self._env_steps_offset = self._restored["env_steps"] - self.source.env_steps * self.world_size
+            self._logged_rollouts = self.source.num_rollouts
+        self._restored = {}
         return DataLoader(self.source, batch_size=None, num_workers=0)
 
     def configure_callbacks(self) -> list[L.Callback]:
@@ -245,13 +252,12 @@ class VPGModule(L.LightningModule):
         self._last_log_env_steps = self.env_steps
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["rl_lightning"] = {"env_steps": self.env_steps, "env_id": self.hparams.env_id}
+        checkpoint["rl_lightning"] = {
+            "env_steps": self.env_steps,
+            "sources": gather_source_states(self, self.source.state_dict() if self.source is not None else None),
+        }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        saved = checkpoint.get("rl_lightning", {})
-        env_id = saved.get("env_id", checkpoint.get("hyper_parameters", {}).get("env_id"))
-        if env_id is not None and env_id != self.hparams.env_id:
-            raise ValueError(
-                f"checkpoint was trained on env_id {env_id!r} but this module is built for {self.hparams.env_id!r}"
-            )
-        self._env_steps_offset = int(saved.get("env_steps", 0))
+        check_checkpoint_fits(self, checkpoint)
+        self._restored = checkpoint.get("rl_lightning", {})
+        self._env_steps_offset = int(self._restored.get("env_steps", 0))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning as L
 
 
@@ -51,7 +53,14 @@ class LinearLRDecay(L.Callback):
         return batches * pl_module.env_steps_per_training_step
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._initial_lrs = [group.get("initial_lr", group["lr"]) for group in trainer.optimizers[0].param_groups]
+        if not self._initial_lrs:  # restored from a checkpoint when resuming: the optimizer's lr is decayed
+            self._initial_lrs = [group.get("initial_lr", group["lr"]) for group in trainer.optimizers[0].param_groups]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"initial_lrs": list(self._initial_lrs)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._initial_lrs = list(state_dict["initial_lrs"])
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx) -> None:
         progress = pl_module.env_steps / self._total(trainer, pl_module)

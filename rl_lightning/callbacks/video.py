@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -149,6 +150,12 @@ class GridVideoLogger(L.Callback):
         except Exception as error:  # a video must never take training down
             rank_zero_warn(f"GridVideoLogger could not write the video for env step {env_steps}: {error!r}")
         self.render_seconds.append(time.perf_counter() - start)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"next_at": self._next_at}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._next_at = state_dict["next_at"]
 
     def wait(self) -> None:
         """Block until every queued video is written."""

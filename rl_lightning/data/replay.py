@@ -252,6 +252,32 @@ class ReplaySource(IterableDataset):
         for _ in range(self.num_batches):
             yield self.next_batch()
 
+    def state_dict(self, include_buffer: bool = True) -> dict[str, Any]:
+        """Envs, RNG, counters, the current obs and (optionally) the buffer's contents."""
+        return {
+            "envs": self.envs.state_dict(),
+            "generator": self.generator.get_state(),
+            "env_steps": self.env_steps,
+            "obs": None if self._obs is None else self._obs.clone(),
+            "episode_returns": self._episode_returns.clone(),
+            "episode_lengths": self._episode_lengths.clone(),
+            "completed": self._completed.clone(),
+            "buffer": self.buffer.state_dict() if include_buffer else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`; without a saved buffer the buffer stays as it is."""
+        device = self.device
+        self.envs.load_state_dict(state["envs"])
+        self.generator.set_state(state["generator"])
+        self.env_steps = state["env_steps"]
+        self._obs = None if state["obs"] is None else state["obs"].to(device)
+        self._episode_returns = state["episode_returns"].to(device)
+        self._episode_lengths = state["episode_lengths"].to(device)
+        self._completed = state["completed"].to(device)
+        if state["buffer"] is not None:
+            self.buffer.load_state_dict(state["buffer"])
+
     def next_batch(self) -> ReplayBufferSamples:
         """Fill if needed, play ``steps_per_train`` epsilon-greedy steps, sample a batch."""
         self.fill()
@@ -259,8 +285,10 @@ class ReplaySource(IterableDataset):
         return self.buffer.sample(self.batch_size)
 
     def fill(self) -> None:
-        """Random actions until ``env_steps >= learning_starts`` (nothing once it is)."""
-        missing = self.learning_starts - self.env_steps
+        """Random actions until ``env_steps >= learning_starts`` (nothing once it is). An empty
+        buffer past that point (a run resumed without its buffer) is refilled the same way."""
+        done_already = self.env_steps if self.buffer.size > 0 else 0
+        missing = self.learning_starts - done_already
         if missing > 0:
             self._play(math.ceil(missing / (self.envs.num_envs * self.world_size)), random_actions=True)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -195,6 +195,24 @@ class RolloutSource(IterableDataset):
 
     def __len__(self) -> int:
         return self.rollouts_per_epoch * self.num_batches * self.rollout_use_count
+
+    def state_dict(self) -> dict[str, Any]:
+        """Envs, RNG and counters: a restored source continues exactly where this one is."""
+        return {
+            "envs": self.envs.state_dict(),
+            "generator": self.generator.get_state(),
+            "env_steps": self.env_steps,
+            "num_rollouts": self.num_rollouts,
+            "obs": None if self._obs is None else self._obs.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` (of a source over the same env id and ``num_envs``)."""
+        self.envs.load_state_dict(state["envs"])
+        self.generator.set_state(state["generator"])
+        self.env_steps = state["env_steps"]
+        self.num_rollouts = state["num_rollouts"]
+        self._obs = None if state["obs"] is None else state["obs"].to(self.envs.device)
 
     def __iter__(self) -> Iterator[RolloutTensors]:
         batch_size = self.envs.num_envs // self.num_batches

@@ -1,0 +1,73 @@
+"""Run by tests/resume/test_resume.py in a subprocess:
+
+    python resume_worker.py ALGO ROOT MAX_STEPS [--kill_at_step K] [--resume]
+
+trains ALGO ("vpg" or "dqn") with a ModelCheckpoint rewriting ROOT/checkpoints/last.ckpt every
+epoch, optionally SIGKILLs itself after training step K (mid-epoch, after the last checkpoint),
+or resumes with ckpt_path="last"; at the end it saves the weights to ROOT/weights.pt.
+"""
+
+import argparse
+import os
+import signal
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from rl_lightning import DQNModule, VPGModule
+
+
+def build(algo: str) -> L.LightningModule:
+    if algo == "vpg":
+        # Continuing rollouts (no full reset) and LR decay: env state and schedules must carry over.
+        return VPGModule(
+            num_envs=8,
+            num_steps_per_rollout=30,
+            rollouts_per_epoch=2,
+            full_reset=False,
+            use_lr_decay=True,
+            lr_end=1e-3,
+            lr_frac=0.5,
+            seed=5,
+        )
+    return DQNModule(num_envs=4, buffer_size=500, batch_size=32, learning_starts=64, steps_per_epoch=5, seed=5)
+
+
+class KillAt(L.Callback):
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("algo")
+    parser.add_argument("root", type=Path)
+    parser.add_argument("max_steps", type=int)
+    parser.add_argument("--kill_at_step", type=int)
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    callbacks: list[L.Callback] = [ModelCheckpoint(dirpath=args.root / "checkpoints", filename="last")]
+    if args.kill_at_step is not None:
+        callbacks.append(KillAt(args.kill_at_step))
+    trainer = L.Trainer(
+        max_steps=args.max_steps,
+        default_root_dir=args.root,
+        logger=False,
+        callbacks=callbacks,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    module = build(args.algo)
+    trainer.fit(module, ckpt_path="last" if args.resume else None)
+    torch.save({"state_dict": module.state_dict(), "env_steps": module.env_steps}, args.root / "weights.pt")
+
+
+if __name__ == "__main__":
+    main()

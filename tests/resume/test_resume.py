@@ -1,0 +1,112 @@
+"""Exact resume: N steps, a checkpoint, resume for M more = N + M steps straight, bit for bit."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from rl_lightning import DQNModule, VPGModule
+
+WORKER = Path(__file__).resolve().parent / "resume_worker.py"
+sys.path.insert(0, str(WORKER.parent))
+from resume_worker import build  # noqa: E402
+
+
+class _StopAt(L.Callback):
+    """Stop a run early (like an interruption) without changing its planned length, which the
+    LR and epsilon schedules depend on."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            trainer.should_stop = True
+
+
+def _fit(module: L.LightningModule, root: Path, max_steps: int, ckpt_path=None, stop_at=None) -> L.Trainer:
+    callbacks: list[L.Callback] = [ModelCheckpoint(dirpath=root / "checkpoints", filename="last")]
+    if stop_at is not None:
+        callbacks.append(_StopAt(stop_at))
+    trainer = L.Trainer(
+        max_steps=max_steps,
+        default_root_dir=root,
+        logger=False,
+        callbacks=callbacks,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(module, ckpt_path=ckpt_path)
+    return trainer
+
+
+def _assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+@pytest.mark.parametrize(("algo", "first", "total"), [("vpg", 4, 10), ("dqn", 10, 25)])
+def test_resume_from_last_gives_the_same_weights_as_training_straight(tmp_path, algo, first, total):
+    straight = build(algo)
+    _fit(straight, tmp_path / "straight", total)
+
+    stopped = _fit(build(algo), tmp_path / "split", total, stop_at=first)  # stops at an epoch's end
+    assert stopped.global_step == first
+    resumed = build(algo)
+    trainer = _fit(resumed, tmp_path / "split", total, ckpt_path="last")
+
+    assert trainer.global_step == total
+    assert resumed.env_steps == straight.env_steps
+    _assert_same_weights(resumed.state_dict(), straight.state_dict())
+    optimizer_state = trainer.optimizers[0].state_dict()["state"]
+    assert all(int(state["step"]) == total for state in optimizer_state.values())
+
+
+def test_resume_without_replay_buffer_refills_it(tmp_path):
+    def module():
+        return DQNModule(
+            num_envs=4, buffer_size=500, batch_size=32, learning_starts=64, steps_per_epoch=5, checkpoint_buffer=False
+        )
+
+    _fit(module(), tmp_path, 15, stop_at=10)
+    checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    assert checkpoint["rl_lightning.dqn"]["sources"][0]["buffer"] is None
+    resumed = module()
+    _fit(resumed, tmp_path, 15, ckpt_path="last")
+    # The resumed run refilled 64 random transitions, then played 5 more training steps x 4 envs.
+    assert resumed.source.buffer.size == 64 + 5 * 4
+    assert resumed.env_steps == (64 + 10 * 4) + 64 + 5 * 4
+
+
+@pytest.mark.parametrize(("algo", "kill_at", "total"), [("vpg", 5, 8), ("dqn", 13, 20)])
+def test_sigkilled_run_resumes_as_if_never_stopped(tmp_path, algo, kill_at, total):
+    """SIGKILL mid-epoch (after the last checkpoint); `ckpt_path="last"` then reaches the same
+    weights as a run that was never interrupted."""
+
+    def run(root: Path, *extra: str) -> int:
+        cmd = [sys.executable, str(WORKER), algo, str(root), str(total), *extra]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=240).returncode
+
+    assert run(tmp_path / "straight") == 0
+    assert run(tmp_path / "killed", "--kill_at_step", str(kill_at)) == -9
+    assert (tmp_path / "killed" / "checkpoints" / "last.ckpt").is_file()
+    assert not (tmp_path / "killed" / "weights.pt").exists()
+    assert run(tmp_path / "killed", "--resume") == 0
+    straight = torch.load(tmp_path / "straight" / "weights.pt")
+    resumed = torch.load(tmp_path / "killed" / "weights.pt")
+    assert resumed["env_steps"] == straight["env_steps"]
+    _assert_same_weights(resumed["state_dict"], straight["state_dict"])
+
+
+def test_loading_a_checkpoint_of_another_env_or_shape_raises(tmp_path):
+    _fit(VPGModule(num_envs=4, num_steps_per_rollout=10), tmp_path, 1)
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    with pytest.raises(ValueError, match=r"trained on env_id 'CartPole-v1'.*'Probe4-v0'"):
+        _fit(VPGModule(env_id="Probe4-v0", num_envs=4, num_steps_per_rollout=10), tmp_path / "b", 2, ckpt_path=path)
+    with pytest.raises(ValueError, match=r"hidden_sizes=\(120, 84\).*hidden_sizes=\(32,\)"):
+        _fit(VPGModule(num_envs=4, num_steps_per_rollout=10, hidden_sizes=(32,)), tmp_path / "c", 2, ckpt_path=path)
