@@ -3,7 +3,7 @@ RL-Zoo hyper-parameters, in one run; plus the replay buffer's memory and add cos
 
     python benchmarks/bench_dqn.py [--seeds 5] [--sb3_seeds 1] [--out benchmarks/results/dqn.md]
 
-"Solved" = the first periodic greedy evaluation (20 episodes on a separate torch CartPole-v1,
+"Solved" = the first periodic greedy evaluation (32 episodes on a separate torch CartPole-v1,
 same evaluator and start states for both libraries) with mean return >= 475. Times count
 training only (evaluation excluded), on one CPU thread; both wall and process CPU time are
 reported because other jobs may share the machine's cores.
@@ -20,11 +20,12 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from rl_lightning.algos.dqn import DQNModule, evaluate_greedy
+from rl_lightning.algos.dqn import DQNModule
+from rl_lightning.callbacks.evaluation import evaluate_policy
 from rl_lightning.data.replay import ReplayBuffer
 
 THRESHOLD = 475.0
-EVAL_EPISODES = 20
+EVAL_EPISODES = 32  # as the Evaluation callback of the scripts and configs
 EVAL_SEED = 4242
 # The RL-Zoo's tuned DQN for CartPole-v1 (rl-baselines3-zoo hyperparams/dqn.yml).
 ZOO_DQN = dict(
@@ -52,7 +53,8 @@ class _Clock:
 
     def evaluate(self, network: torch.nn.Module) -> float:
         wall, cpu = time.perf_counter(), time.process_time()
-        mean_return = evaluate_greedy(network, "CartPole-v1", EVAL_EPISODES, seed=EVAL_SEED)
+        result = evaluate_policy(lambda obs: network(obs).argmax(dim=-1), "CartPole-v1", EVAL_EPISODES, EVAL_SEED)
+        mean_return = result.returns.mean().item()
         self.paused_wall += time.perf_counter() - wall
         self.paused_cpu += time.process_time() - cpu
         return mean_return

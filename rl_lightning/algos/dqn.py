@@ -19,7 +19,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.utils.data import DataLoader
 
 from rl_lightning.algos.checkpointing import check_checkpoint_fits, gather_source_states, restore_source_state
@@ -65,6 +65,8 @@ class DQNModule(L.LightningModule):
         steps_per_epoch: training steps per epoch (the data source's length).
         gamma: discount factor in [0, 1].
         lr: Adam learning rate.
+        max_grad_norm: clip the global gradient norm of each update to this; None: no clipping
+            (``Trainer(gradient_clip_val=...)``, when given, takes precedence).
         target_update_env_steps: env steps between target updates; None: after every update.
         tau: target update weight in (0, 1]: 1.0 is a hard copy, small values Polyak averaging.
         epsilon_start, epsilon_end: exploration rate at the start and after the decay.
@@ -89,12 +91,13 @@ class DQNModule(L.LightningModule):
         steps_per_epoch: int = 500,
         gamma: float = 0.99,
         lr: float = 2.5e-3,
+        max_grad_norm: float | None = 10.0,
         target_update_env_steps: int | None = 160,
         tau: float = 1.0,
         epsilon_start: float = 1.0,
         epsilon_end: float = 0.05,
         exploration_fraction: float = 0.1,
-        double_dqn: bool = False,
+        double_dqn: bool = True,
         loss: str = "mse",
         seed: int = 0,
         hidden_sizes: Sequence[int] = (120, 84),
@@ -111,6 +114,8 @@ class DQNModule(L.LightningModule):
         _check_int("steps_per_epoch", steps_per_epoch, 1)
         _check_float("gamma", gamma, 0.0, 1.0)
         _check_float("lr", lr, 0.0, float("inf"), low_open=True)
+        if max_grad_norm is not None:
+            _check_float("max_grad_norm", max_grad_norm, 0.0, float("inf"), low_open=True)
         if target_update_env_steps is not None:
             _check_int("target_update_env_steps", target_update_env_steps, 1)
         _check_float("tau", tau, 0.0, 1.0, low_open=True)
@@ -226,6 +231,13 @@ class DQNModule(L.LightningModule):
         fused = self.device.type in ("cpu", "cuda")
         return torch.optim.Adam(self.q_network.parameters(), lr=self.hparams.lr, fused=fused)
 
+    def configure_gradient_clipping(
+        self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None, gradient_clip_algorithm=None
+    ) -> None:
+        if gradient_clip_val is None and self.hparams.max_grad_norm is not None:
+            gradient_clip_val, gradient_clip_algorithm = self.hparams.max_grad_norm, "norm"
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
     def configure_callbacks(self) -> list[L.Callback]:
         hp = self.hparams
         return [
@@ -276,30 +288,3 @@ class DQNModule(L.LightningModule):
             self._epsilon = state["epsilon"]
             self._restored_sources = state.get("sources")
 
-
-@torch.no_grad()
-def evaluate_greedy(
-    policy: nn.Module, env_id: str, num_episodes: int = 10, seed: int = 12_345, max_env_steps: int = 100_000
-) -> float:
-    """Mean undiscounted return of ``num_episodes`` complete greedy episodes on fresh envs.
-
-    Args:
-        policy: a Q-network (or a :class:`DQNModule`, whose ``forward`` is its Q-network)
-            mapping obs ``(batch, *obs_shape)`` to Q-values; actions are ``argmax``.
-        env_id: registered env id; ``num_episodes`` copies run one episode each.
-        seed: env seed (independent of training).
-        max_env_steps: safety bound on vectorised steps.
-    """
-    _check_int("num_episodes", num_episodes, 1)
-    device = next(policy.parameters()).device
-    envs = make_envs(env_id, num_episodes, seed=seed, device=device)
-    obs, _ = envs.reset()
-    returns = torch.zeros(num_episodes, device=device)
-    running = torch.ones(num_episodes, dtype=torch.bool, device=device)
-    for _ in range(max_env_steps):
-        obs, rewards, terminated, truncated, _ = envs.step(policy(obs).argmax(dim=-1))
-        returns += rewards * running
-        running &= ~(terminated | truncated)
-        if not running.any():
-            break
-    return returns.mean().item()

@@ -3,8 +3,9 @@ import pytest
 import torch
 from torch import nn
 
-from rl_lightning.algos.dqn import DQNModule, evaluate_greedy
+from rl_lightning.algos.dqn import DQNModule
 from rl_lightning.callbacks.epsilon import EpsilonDecay
+from rl_lightning.callbacks.evaluation import evaluate_policy
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
 from rl_lightning.data.replay import ReplayBufferSamples
 
@@ -173,11 +174,17 @@ def test_checkpoint_restores_replay_buffer_and_env_steps(tmp_path):
     assert torch.equal(resumed.source.buffer.obs[:48], first.source.buffer.obs[:48])
 
 
-def test_evaluate_greedy_runs_complete_episodes():
-    # Probe4: action 1 gives +1; a network that always prefers action 1 returns exactly 1.
-    network = _linear([0.0, 0.0], [0.0, 1.0])
-    assert evaluate_greedy(network, "Probe4-v0", num_episodes=5) == 1.0
-    assert evaluate_greedy(_linear([0.0, 0.0], [1.0, 0.0]), "Probe4-v0", num_episodes=5) == -1.0
+def test_greedy_act_under_evaluate_policy():
+    # Probe4: action 1 gives +1, action 0 gives -1, one step per episode.
+    module = DQNModule(env_id="Probe4-v0")
+    module.q_network = _linear([0.0, 0.0], [0.0, 1.0])  # prefers action 1
+    module.epsilon = 1.0  # greedy=True ignores it
+    result = evaluate_policy(lambda obs: module.act(obs, greedy=True), "Probe4-v0", 5, seed=0)
+    assert result.returns.tolist() == [1.0] * 5 and result.lengths.tolist() == [1.0] * 5
+    module.q_network = _linear([0.0, 0.0], [1.0, 0.0])  # prefers action 0
+    assert (
+        evaluate_policy(lambda obs: module.act(obs, greedy=True), "Probe4-v0", 5, seed=0).returns.tolist() == [-1.0] * 5
+    )
 
 
 class _StopWhenSolved(L.Callback):
