@@ -6,7 +6,9 @@ network and epsilon are moved by callbacks keyed on ``env_steps`` (``configure_c
     for each training step k:
         source: play steps_per_train env steps epsilon-greedy with q_network (after update k-1),
                 add them to the replay buffer, sample batch_size transitions
-        training_step: loss = (r + gamma (1 - terminated) max_a Q_target(s', a) - Q(s, a))^2
+        training_step: loss = (r + gamma (1 - terminated) Q_target(s', a') - Q(s, a))^2,
+                       a' = argmax_a Q(s', a) (double DQN) or argmax_a Q_target(s', a)
+        optimizer step: gradient norm clipped to max_grad_norm, then Adam
         callbacks: TargetNetworkSync (every N env steps / Polyak), EpsilonDecay
 """
 
@@ -50,9 +52,14 @@ def _check_float(name: str, value: Any, low: float, high: float, low_open: bool 
 class DQNModule(L.LightningModule):
     """DQN (optionally double DQN) on a torch vector env.
 
-    The defaults solve CartPole-v1 (greedy mean return >= 475) in a median of ~2,400 updates
-    (~40k env steps, ~6 s of one CPU) within a 5,000-update run: many envs, a large batch,
-    a hard target copy every 10 updates and a short exploration phase.
+    The defaults solve CartPole-v1 (greedy mean return >= 475 over 32 episodes) for 10 of 10
+    seeds in a median of ~3,400 updates (~56k env steps, ~9 s of one CPU) within the scripts'
+    5,000-update run: many envs, a large batch, a hard target copy every 10 updates, a short
+    exploration phase, and two standard stabilisers that together took seeds 0-9 from 9/10 to
+    10/10 solved (without them seed 4 stalls below 475 for the whole run): double DQN (a max
+    over noisy Q-estimates overestimates) and gradient-norm clipping (bounds the step when the
+    targets jump at a hard copy). Huber loss instead of MSE (with both) left all 10 seeds at a greedy return of ~10 at
+    this lr, with Q-values growing ~2x faster than under MSE early on: keep ``loss="mse"``.
 
     Args:
         env_id: a registered env id (``rl_lightning.envs.registered_env_ids()``).
@@ -287,4 +294,3 @@ class DQNModule(L.LightningModule):
             self._env_steps = state["env_steps"]
             self._epsilon = state["epsilon"]
             self._restored_sources = state.get("sources")
-

@@ -187,6 +187,11 @@ def test_greedy_act_under_evaluate_policy():
     )
 
 
+def _greedy_mean_return(q_network, num_episodes=32, seed=4242):
+    result = evaluate_policy(lambda obs: q_network(obs).argmax(dim=-1), "CartPole-v1", num_episodes, seed)
+    return result.returns.mean().item()
+
+
 class _StopWhenSolved(L.Callback):
     def __init__(self, every_n_env_steps, threshold):
         self.every_n_env_steps, self.threshold = every_n_env_steps, threshold
@@ -195,16 +200,17 @@ class _StopWhenSolved(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if pl_module.env_steps >= self.next_eval:
             self.next_eval += self.every_n_env_steps
-            self.returns.append(evaluate_greedy(pl_module.q_network, "CartPole-v1", num_episodes=20, seed=4242))
+            self.returns.append(_greedy_mean_return(pl_module.q_network))
             trainer.should_stop = self.returns[-1] >= self.threshold
 
 
-def test_dqn_solves_cartpole_greedy_mean_return_at_least_475():
-    """The default hyper-parameters, seed 0: greedy mean return over 20 episodes >= 475 within
-    the script's 5,000-update budget (here after ~2,400 updates, ~6 s of one CPU)."""
+def test_dqn_solves_cartpole_greedy_mean_return_at_least_475_over_32_episodes():
+    """The default hyper-parameters, seed 0: the greedy mean return over 32 evaluation episodes
+    reaches >= 475 within the script's 5,000-update budget (80k env steps); here after 44k env
+    steps (~2,700 updates, ~8 s of one CPU). The benchmark runs seeds 0-9."""
     torch.set_num_threads(1)
     module = DQNModule(env_id="CartPole-v1", seed=0)
     stopper = _StopWhenSolved(every_n_env_steps=4_000, threshold=475.0)
     _trainer(5_000, callbacks=[stopper]).fit(module)
-    assert evaluate_greedy(module.q_network, "CartPole-v1", num_episodes=20, seed=4242) >= 475.0
-    assert stopper.returns[-1] >= 475.0 and module.env_steps < 100_000
+    assert stopper.returns[-1] >= 475.0 and module.env_steps <= 80_000
+    assert _greedy_mean_return(module.q_network) >= 475.0
