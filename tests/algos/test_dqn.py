@@ -51,6 +51,18 @@ def test_td_loss_matches_a_hand_computed_batch(double_dqn, expected_loss):
     assert module.target_network.weight.grad is None  # the target is under no_grad
 
 
+def test_max_grad_norm_clips_the_global_gradient_norm():
+    module = DQNModule(env_id="Probe5-v0", gamma=0.5, max_grad_norm=0.1)
+    module.q_network = _linear([1.0, 0.0], [0.0, 0.5])
+    module.target_network = _linear([1.0, 2.0], [0.0, 0.0]).requires_grad_(False)
+    module.training_step(_hand_batch(), 0).backward()
+    grads = [p.grad for p in module.q_network.parameters()]
+    assert torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads])) > 1.0  # before: ~3
+    module.configure_gradient_clipping(module.configure_optimizers())
+    clipped = torch.cat([p.grad.flatten() for p in module.q_network.parameters()])
+    assert torch.linalg.vector_norm(clipped).item() == pytest.approx(0.1, rel=1e-5)
+
+
 def test_networks_and_act():
     module = DQNModule(env_id="CartPole-v1", seed=3)
     assert sum(p.numel() for p in module.q_network.parameters()) == 10_934
@@ -79,6 +91,7 @@ def test_networks_and_act():
         ({"batch_size": 32.0}, TypeError, "batch_size"),
         ({"gamma": 1.5}, ValueError, "gamma"),
         ({"lr": 0.0}, ValueError, "lr"),
+        ({"max_grad_norm": 0.0}, ValueError, "max_grad_norm"),
         ({"tau": 0.0}, ValueError, "tau"),
         ({"target_update_env_steps": 0}, ValueError, "target_update_env_steps"),
         ({"epsilon_end": -0.1}, ValueError, "epsilon_end"),
