@@ -29,7 +29,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_module_args(parser, DQNModule)
     add_trainer_args(parser, max_steps=5_000)
-    add_watch_args(parser, eval_every=8_000, video_every=40_000)
+    add_watch_args(parser, eval_every=4_000, video_every=40_000)
     args = parser.parse_args()
     torch.set_num_threads(args.num_threads)
 

@@ -69,7 +69,8 @@ class DQNModule(L.LightningModule):
         learning_starts: env steps of uniformly random play before the first update.
         steps_per_train: vectorised env steps per TD update (``num_envs * steps_per_train``
             transitions per update and process).
-        steps_per_epoch: training steps per epoch (the data source's length).
+        steps_per_epoch: training steps per epoch (the data source's length); evaluation and
+            checkpoint callbacks run at epoch ends (250 x 16 envs = every 4,000 env steps).
         gamma: discount factor in [0, 1].
         lr: Adam learning rate.
         max_grad_norm: clip the global gradient norm of each update to this; None: no clipping
@@ -95,7 +96,7 @@ class DQNModule(L.LightningModule):
         batch_size: int = 512,
         learning_starts: int = 1_000,
         steps_per_train: int = 1,
-        steps_per_epoch: int = 500,
+        steps_per_epoch: int = 250,
         gamma: float = 0.99,
         lr: float = 2.5e-3,
         max_grad_norm: float | None = 10.0,
