@@ -203,8 +203,16 @@ def encode_mp4(frames: Iterable[np.ndarray], fps: float) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "video.mp4")
         # macro_block_size=1: imageio would otherwise resize to multiples of 16.
+        # preset veryfast: ~2x faster than libx264's default for these flat-coloured frames, and
+        # the files stay small (a few hundred kB for 500 frames of a 4x4 CartPole grid).
         with imageio.get_writer(
-            path, format="FFMPEG", fps=fps, codec="libx264", pixelformat="yuv420p", macro_block_size=1
+            path,
+            format="FFMPEG",
+            fps=fps,
+            codec="libx264",
+            pixelformat="yuv420p",
+            macro_block_size=1,
+            ffmpeg_params=["-preset", "veryfast"],
         ) as writer:
             for frame in frames:
                 writer.append_data(np.pad(frame, pad) if height % 2 or width % 2 else frame)

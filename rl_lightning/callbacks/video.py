@@ -41,6 +41,15 @@ def greedy_rollout(pl_module: L.LightningModule, num_envs: int, num_steps: int, 
     return torch.stack(all_obs, dim=1), torch.stack(all_dones, dim=1)
 
 
+def _every_kth_step(obs: Tensor, dones: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """CPU copies of every k-th step's obs ``(n, T, ...)`` and, for each kept step, whether an
+    episode ended on it or on one of the k - 1 skipped steps after it."""
+    obs, dones = obs.to("cpu"), dones.to("cpu")
+    num_steps = dones.shape[1]
+    padded = torch.nn.functional.pad(dones, (0, -num_steps % k))
+    return obs[:, ::k].clone(), padded.view(dones.shape[0], -1, k).any(dim=2)
+
+
 class GridVideoLogger(L.Callback):
     """Every ``every_n_env_steps`` env steps (or every ``every_n_train_steps`` training steps),
     render the first 16 envs as a 4x4 grid video.
@@ -56,8 +65,11 @@ class GridVideoLogger(L.Callback):
     Args:
         every_n_env_steps: period in env steps (ignored if ``every_n_train_steps`` is given).
         every_n_train_steps: period in training steps.
-        num_steps: frames of a greedy clip (and the most frames taken from a rollout).
-        fps: frames per second (default: the env's ``render_fps``).
+        num_steps: env steps of a greedy clip (and the most steps taken from a rollout).
+        frame_stride: draw every k-th env step (a cell still flashes if its episode ended on a
+            skipped step); the clip plays at ``fps / k`` so it keeps the env's real-time speed
+            while rendering and encoding k times less.
+        fps: env steps per second of playback (default: the env's ``render_fps``).
         flash_frames: frames a cell flashes when its episode ends.
         tensorboard_frame_stride: keep every k-th frame in the TensorBoard GIF (the MP4 keeps all).
         seed: seed of the envs of greedy clips.
@@ -68,6 +80,7 @@ class GridVideoLogger(L.Callback):
         every_n_env_steps: int = 100_000,
         every_n_train_steps: int | None = None,
         num_steps: int = 500,
+        frame_stride: int = 2,
         fps: int | None = None,
         flash_frames: int = 3,
         tensorboard_frame_stride: int = 3,
@@ -79,9 +92,12 @@ class GridVideoLogger(L.Callback):
             raise ValueError(f"every_n_train_steps must be >= 1 or None, got {every_n_train_steps}")
         if num_steps < 1:
             raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+        if frame_stride < 1:
+            raise ValueError(f"frame_stride must be >= 1, got {frame_stride}")
         self.every_n_env_steps = every_n_env_steps
         self.every_n_train_steps = every_n_train_steps
         self.num_steps = num_steps
+        self.frame_stride = frame_stride
         self.fps = fps
         self.flash_frames = flash_frames
         self.tensorboard_frame_stride = tensorboard_frame_stride
@@ -116,15 +132,15 @@ class GridVideoLogger(L.Callback):
         else:
             obs, dones = greedy_rollout(pl_module, 16, self.num_steps, self.seed)
             rewards = None
-        obs, dones = obs.detach().to("cpu", copy=True), dones.to("cpu", copy=True)
         if rewards is not None:
             mean_return = first_episode_stats(rewards, dones).returns.mean().item()
             caption = f"env steps {pl_module.env_steps:,}: rollout, mean first-episode return {mean_return:.1f}"
         else:
-            mean_return = first_episode_stats(torch.ones(dones.shape), dones).lengths.mean().item()
-            caption = f"env steps {pl_module.env_steps:,}: greedy policy, mean first-episode length {mean_return:.1f}"
+            length = first_episode_stats(torch.ones(dones.shape), dones.cpu()).lengths.mean().item()
+            caption = f"env steps {pl_module.env_steps:,}: greedy policy, mean first-episode length {length:.1f}"
+        obs, dones = _every_kth_step(obs.detach(), dones, self.frame_stride)
         draw = make_envs(pl_module.hparams.env_id, 1, seed=0).draw
-        fps = self.fps or make_envs(pl_module.hparams.env_id, 1, seed=0).render_fps
+        fps = (self.fps or make_envs(pl_module.hparams.env_id, 1, seed=0).render_fps) / self.frame_stride
         log_dir = Path(trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir)
         path = log_dir / "videos" / f"step_{pl_module.env_steps}.mp4"
         writer = trainer.logger.experiment if isinstance(trainer.logger, TensorBoardLogger) else None
@@ -138,14 +154,22 @@ class GridVideoLogger(L.Callback):
     def _render(self, obs, dones, draw, fps, path: Path, writer, env_steps: int, caption: str) -> None:
         start = time.perf_counter()
         try:
-            frames = iter_grid_frames(obs, dones, draw, flash_frames=self.flash_frames)
+            # One pass over the rendered frames: every frame goes to the MP4, every k-th (copied:
+            # the iterator reuses its buffer) is kept for the TensorBoard GIF.
+            stride = max(1, self.tensorboard_frame_stride)
+            kept: list = []
+
+            def frames_for_mp4():
+                for i, frame in enumerate(iter_grid_frames(obs, dones, draw, flash_frames=self.flash_frames)):
+                    if writer is not None and i % stride == 0:
+                        kept.append(frame.copy())
+                    yield frame
+
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(encode_mp4(frames, fps))
+            path.write_bytes(encode_mp4(frames_for_mp4(), fps))
             self.video_paths.append(path)
             if writer is not None:
-                stride = max(1, self.tensorboard_frame_stride)
-                strided = (frame for i, frame in enumerate(iter_grid_frames(obs, dones, draw)) if i % stride == 0)
-                write_summary(writer, video_summary("videos/grid", strided, fps / stride, _CAPTION), env_steps)
+                write_summary(writer, video_summary("videos/grid", kept, fps / stride, _CAPTION), env_steps)
                 writer.add_text("videos/caption", caption, env_steps)
         except Exception as error:  # a video must never take training down
             rank_zero_warn(f"GridVideoLogger could not write the video for env step {env_steps}: {error!r}")

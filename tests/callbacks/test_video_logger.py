@@ -32,7 +32,8 @@ def test_video_logger_writes_decodable_grid_mp4(video_run):
     assert all(path.parent.name == "videos" and str(path).startswith(logger.log_dir) for path in video.video_paths)
     frames = iio.imread(video.video_paths[0])
     # 4 x 4 cells of 80 x 120 with 2-pixel borders: 326 x 486, already even.
-    assert frames.shape == (40, 326, 486, 3)
+    # 40 env steps drawn every second step (frame_stride=2): 20 frames.
+    assert frames.shape == (20, 326, 486, 3)
     assert len({frame.tobytes() for frame in frames}) > 1
 
 
@@ -77,6 +78,19 @@ def test_failed_encode_is_a_warning_not_a_crash(tmp_path, monkeypatch):
         trainer.fit(VPGModule(num_envs=4, num_steps_per_rollout=5))
     assert trainer.global_step == 1
     assert video.video_paths == []
+
+
+def test_every_kth_step_keeps_flashes_of_skipped_steps():
+    import torch
+
+    from rl_lightning.callbacks.video import _every_kth_step
+
+    obs = torch.arange(2 * 7, dtype=torch.float32).view(2, 7, 1)
+    dones = torch.zeros(2, 7, dtype=torch.bool)
+    dones[0, 1] = dones[1, 6] = True  # step 1 is skipped by stride 2; step 6 is kept
+    kept_obs, kept_dones = _every_kth_step(obs, dones, 2)
+    assert kept_obs[:, :, 0].tolist() == [[0, 2, 4, 6], [7, 9, 11, 13]]
+    assert kept_dones.tolist() == [[True, False, False, False], [False, False, False, True]]
 
 
 def test_greedy_clip_for_modules_without_a_rollout(tmp_path):
