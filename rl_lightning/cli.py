@@ -19,6 +19,7 @@ import torch
 from jsonargparse.typing import PositiveInt
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
+from rl_lightning.algos.checkpointing import resolve_ckpt_path
 from rl_lightning.algos.dqn import DQNModule
 from rl_lightning.algos.vpg import VPGModule
 
@@ -58,6 +59,12 @@ class RLLightningCLI(LightningCLI):
             names = ", ".join(model_class.__name__ for model_class in MODEL_CLASSES)
             self._parser(self.subcommand).error(f"--model must be one of {names}, got {config.model.class_path}")
         torch.set_num_threads(config.num_threads)
+
+    def before_fit(self) -> None:
+        # `--ckpt_path last`: the newest last.ckpt of any earlier run under default_root_dir, since
+        # this run's own (new) version_N folder has none for Lightning's lookup to find.
+        config = self.config_init[self.subcommand]
+        config["ckpt_path"] = resolve_ckpt_path(config.get("ckpt_path"), self.trainer.default_root_dir)
 
     def instantiate_classes(self) -> None:
         try:

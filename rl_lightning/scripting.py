@@ -66,12 +66,24 @@ def add_trainer_args(parser: argparse.ArgumentParser, max_steps: int) -> None:
     group.add_argument("--max_steps", type=int, default=max_steps, help=f"optimizer steps (default: {max_steps})")
     group.add_argument("--default_root_dir", default=".", help="logs go to DIR/lightning_logs (default: .)")
     group.add_argument("--num_threads", type=int, default=1, help="torch CPU threads (default: 1)")
+    group.add_argument(
+        "--ckpt_path",
+        default=None,
+        help="resume from this checkpoint, or 'last': the newest last.ckpt under DIR/lightning_logs",
+    )
 
 
 def module_kwargs(args: argparse.Namespace, module_cls: type[L.LightningModule]) -> dict[str, Any]:
     """The parsed values of ``module_cls``'s hyper-parameters."""
     names = [name for name in inspect.signature(module_cls.__init__).parameters if name != "self"]
     return {name: getattr(args, name) for name in names}
+
+
+def fit_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The arguments of ``trainer.fit`` besides the module: the checkpoint to resume from."""
+    from rl_lightning.algos.checkpointing import resolve_ckpt_path
+
+    return {"ckpt_path": resolve_ckpt_path(args.ckpt_path, args.default_root_dir)}
 
 
 def trainer_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from rl_lightning.scripting import (
     add_module_args,
     add_trainer_args,
     add_watch_args,
+    fit_kwargs,
     module_kwargs,
     report,
     trainer_kwargs,
@@ -36,7 +37,7 @@ def main() -> None:
     module = VPGModule(**module_kwargs(args, VPGModule))
     trainer = L.Trainer(log_every_n_steps=1, callbacks=watch_callbacks(args), **trainer_kwargs(args))
     start = time.perf_counter()
-    trainer.fit(module)
+    trainer.fit(module, **fit_kwargs(args))
     if trainer.is_global_zero:
         print(report(trainer, module, time.perf_counter() - start))
 

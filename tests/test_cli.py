@@ -211,3 +211,14 @@ def test_console_script_and_python_m_run_the_same_main():
     (entry_point,) = importlib.metadata.entry_points(group="console_scripts", name="rl-lightning")
     assert entry_point.load() is main
     assert rl_lightning.__main__.main is main
+
+
+def test_ckpt_path_last_resumes_the_newest_run(tmp_path):
+    root = f"--trainer.default_root_dir={tmp_path}"
+    make_cli(["fit", "--config", str(VPG_CONFIG), *TINY_VPG, root])
+    tiny_trainer = [arg for arg in TINY_VPG if "max_steps" not in arg]
+    cli = make_cli(
+        ["fit", "--config", str(VPG_CONFIG), *tiny_trainer, "--trainer.max_steps=3", root, "--ckpt_path=last"]
+    )
+    assert cli.trainer.global_step == 3
+    assert cli.model.env_steps == 3 * 8 * 20

@@ -48,3 +48,23 @@ def test_train_vpg_script_rejects_bad_hyperparameters(tmp_path):
     )
     assert result.returncode != 0
     assert "unknown env_id 'Nope-v0'" in result.stderr
+
+
+def test_train_vpg_script_resumes_from_last(tmp_path):
+    def run(*extra: str) -> str:
+        common = ["--num_envs", "8", "--num_steps_per_rollout", "30", "--no_video", "--no_stop_when_solved"]
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "train_vpg.py"), *common, *extra],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout + result.stderr
+
+    first = run("--max_steps", "2")
+    assert "480 env steps, 2 updates" in first
+    resumed = run("--max_steps", "4", "--ckpt_path", "last")
+    assert "version_0/checkpoints/last.ckpt" in resumed  # Lightning's "Restoring states from ..."
+    assert "960 env steps, 4 updates" in resumed  # the counters went on from 480 and 2
