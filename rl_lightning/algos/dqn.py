@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from rl_lightning._checks import check_float, check_int
 from rl_lightning.algos.checkpointing import check_checkpoint_fits, gather_source_states, restore_source_state
 from rl_lightning.callbacks.epsilon import EpsilonDecay
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
@@ -33,20 +34,6 @@ from rl_lightning.losses import compute_td_loss, compute_td_target
 from rl_lightning.nets import QNetwork
 
 _CHECKPOINT_KEY = "rl_lightning.dqn"
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-
-
-def _check_float(name: str, value: Any, low: float, high: float, low_open: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    if not (low < value if low_open else low <= value) or not value <= high:
-        raise ValueError(f"{name} must be in {'(' if low_open else '['}{low}, {high}], got {value}")
 
 
 class DQNModule(L.LightningModule):
@@ -114,29 +101,29 @@ class DQNModule(L.LightningModule):
         super().__init__()
         if not isinstance(env_id, str):
             raise TypeError(f"env_id must be a str, got {type(env_id).__name__}")
-        _check_int("num_envs", num_envs, 1)
-        _check_int("buffer_size", buffer_size, num_envs)
-        _check_int("batch_size", batch_size, 1)
-        _check_int("learning_starts", learning_starts, 0)
-        _check_int("steps_per_train", steps_per_train, 1)
-        _check_int("steps_per_epoch", steps_per_epoch, 1)
-        _check_float("gamma", gamma, 0.0, 1.0)
-        _check_float("lr", lr, 0.0, float("inf"), low_open=True)
+        check_int("num_envs", num_envs, 1)
+        check_int("buffer_size", buffer_size, num_envs)
+        check_int("batch_size", batch_size, 1)
+        check_int("learning_starts", learning_starts, 0)
+        check_int("steps_per_train", steps_per_train, 1)
+        check_int("steps_per_epoch", steps_per_epoch, 1)
+        check_float("gamma", gamma, 0.0, 1.0)
+        check_float("lr", lr, 0.0, float("inf"), low_open=True)
         if max_grad_norm is not None:
-            _check_float("max_grad_norm", max_grad_norm, 0.0, float("inf"), low_open=True)
+            check_float("max_grad_norm", max_grad_norm, 0.0, float("inf"), low_open=True)
         if target_update_env_steps is not None:
-            _check_int("target_update_env_steps", target_update_env_steps, 1)
-        _check_float("tau", tau, 0.0, 1.0, low_open=True)
-        _check_float("epsilon_start", epsilon_start, 0.0, 1.0)
-        _check_float("epsilon_end", epsilon_end, 0.0, 1.0)
-        _check_float("exploration_fraction", exploration_fraction, 0.0, 1.0)
+            check_int("target_update_env_steps", target_update_env_steps, 1)
+        check_float("tau", tau, 0.0, 1.0, low_open=True)
+        check_float("epsilon_start", epsilon_start, 0.0, 1.0)
+        check_float("epsilon_end", epsilon_end, 0.0, 1.0)
+        check_float("exploration_fraction", exploration_fraction, 0.0, 1.0)
         if not isinstance(checkpoint_buffer, bool):
             raise TypeError(f"checkpoint_buffer must be a bool, got {type(checkpoint_buffer).__name__}")
         if not isinstance(double_dqn, bool):
             raise TypeError(f"double_dqn must be a bool, got {type(double_dqn).__name__}")
         if loss not in ("mse", "huber"):
             raise ValueError(f"loss must be 'mse' or 'huber', got {loss!r}")
-        _check_int("seed", seed, 0)
+        check_int("seed", seed, 0)
         if isinstance(hidden_sizes, (str, bytes)) or not all(
             isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in hidden_sizes
         ):

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from rl_lightning._checks import check_float, check_int
 from rl_lightning.algos.checkpointing import check_checkpoint_fits, gather_source_states, restore_source_state
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
 from rl_lightning.data.rollout import RolloutSource, RolloutTensors, sample_actions
@@ -35,13 +36,6 @@ from rl_lightning.losses import (
     normalize_returns,
 )
 from rl_lightning.nets import PolicyNetwork
-
-
-def _positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
 
 
 class VPGModule(L.LightningModule):
@@ -101,13 +95,11 @@ class VPGModule(L.LightningModule):
             ("num_batches_per_rollout", num_batches_per_rollout),
             ("rollouts_per_epoch", rollouts_per_epoch),
         ):
-            _positive_int(name, value)
-        if not lr > 0:
-            raise ValueError(f"lr must be > 0, got {lr}")
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-        if clip_coef is not None and not 0.0 < clip_coef < 1.0:
-            raise ValueError(f"clip_coef must be in (0, 1) or None, got {clip_coef}")
+            check_int(name, value, 1)
+        check_float("lr", lr, 0.0, float("inf"), low_open=True)
+        check_float("gamma", gamma, 0.0, 1.0)
+        if clip_coef is not None:
+            check_float("clip_coef", clip_coef, 0.0, 1.0, low_open=True, high_open=True)
         if num_envs % num_batches_per_rollout != 0:
             raise ValueError(f"num_batches_per_rollout ({num_batches_per_rollout}) must divide num_envs ({num_envs})")
         if not use_iw and (rollout_use_count != 1 or num_batches_per_rollout != 1):
@@ -120,12 +112,10 @@ class VPGModule(L.LightningModule):
         if use_lr_decay:
             if lr_end is None or lr_frac is None:
                 raise ValueError("use_lr_decay=True needs both lr_end and lr_frac")
-            if lr_end < 0:
-                raise ValueError(f"lr_end must be >= 0, got {lr_end}")
-            if not 0.0 < lr_frac <= 1.0:
-                raise ValueError(f"lr_frac must be in (0, 1], got {lr_frac}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"seed must be an int, got {seed!r}")
+            check_float("lr_end", lr_end, 0.0, float("inf"))
+            check_float("lr_frac", lr_frac, 0.0, 1.0, low_open=True)
+        check_int("seed", seed, 0)
+        check_float("adam_eps", adam_eps, 0.0, float("inf"), low_open=True)
         hidden_sizes = tuple(int(size) for size in hidden_sizes)
         self.save_hyperparameters()
 

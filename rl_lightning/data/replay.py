@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import IterableDataset
 
+from rl_lightning._checks import check_int
 from rl_lightning.envs.base import VectorEnv
 
 
@@ -34,13 +35,6 @@ class ReplayBufferSamples(NamedTuple):
 
 
 _FIELDS = ReplayBufferSamples._fields
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
 class ReplayBuffer:
@@ -62,8 +56,8 @@ class ReplayBuffer:
         seed: int = 0,
         device: torch.device | str = "cpu",
     ):
-        _check_int("buffer_size", buffer_size, 1)
-        _check_int("num_envs", num_envs, 1)
+        check_int("buffer_size", buffer_size, 1)
+        check_int("num_envs", num_envs, 1)
         if num_envs > buffer_size:
             raise ValueError(f"num_envs ({num_envs}) must be <= buffer_size ({buffer_size})")
         self.buffer_size = buffer_size
@@ -222,11 +216,11 @@ class ReplaySource(IterableDataset):
         super().__init__()
         if buffer.num_envs != envs.num_envs:
             raise ValueError(f"buffer.num_envs ({buffer.num_envs}) must equal envs.num_envs ({envs.num_envs})")
-        _check_int("batch_size", batch_size, 1)
-        _check_int("learning_starts", learning_starts, 0)
-        _check_int("steps_per_train", steps_per_train, 1)
-        _check_int("num_batches", num_batches, 1)
-        _check_int("world_size", world_size, 1)
+        check_int("batch_size", batch_size, 1)
+        check_int("learning_starts", learning_starts, 0)
+        check_int("steps_per_train", steps_per_train, 1)
+        check_int("num_batches", num_batches, 1)
+        check_int("world_size", world_size, 1)
         self.envs = envs
         self.buffer = buffer
         self.q_network = q_network
