@@ -15,6 +15,7 @@ network and epsilon are moved by callbacks keyed on ``env_steps`` (``configure_c
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -157,6 +158,13 @@ class DQNModule(L.LightningModule):
     def env_steps_per_training_step(self) -> int:
         world_size = self.trainer.world_size if self._trainer is not None else 1
         return self.hparams.num_envs * self.hparams.steps_per_train * world_size
+
+    def planned_env_steps(self, optimizer_steps: int) -> int:
+        """Env steps (all processes) of a run of ``optimizer_steps`` updates: the random warm-up of
+        ``learning_starts`` (rounded up to whole vectorised steps) plus the steps between updates."""
+        per_vector_step = self.hparams.num_envs * (self.trainer.world_size if self._trainer is not None else 1)
+        warmup = math.ceil(self.hparams.learning_starts / per_vector_step) * per_vector_step
+        return warmup + optimizer_steps * self.env_steps_per_training_step
 
     @property
     def epsilon(self) -> float:

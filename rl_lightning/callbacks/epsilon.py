@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import lightning as L
+
+from rl_lightning.callbacks.schedule import linear_schedule, planned_env_steps
 
 
 class EpsilonDecay(L.Callback):
@@ -19,8 +20,8 @@ class EpsilonDecay(L.Callback):
         start: epsilon at env step 0, in [0, 1].
         end: epsilon after the decay, in [0, 1].
         fraction: part of the run's env steps the decay spans, in [0, 1] (0: ``end`` at once).
-        total_env_steps: the run's env steps; None uses
-            ``trainer.estimated_stepping_batches * pl_module.env_steps_per_training_step``.
+        total_env_steps: the run's env steps; None: the module's planned env steps for the
+            Trainer's run, random warm-up included (``schedule.planned_env_steps``).
     """
 
     def __init__(
@@ -43,21 +44,11 @@ class EpsilonDecay(L.Callback):
         total = self.total_env_steps if total_env_steps is None else total_env_steps
         if total is None:
             raise ValueError("total_env_steps is unknown: pass it here or to EpsilonDecay(total_env_steps=...)")
-        decay_steps = self.fraction * total
-        if decay_steps <= 0:
-            return self.end
-        progress = min(1.0, env_steps / decay_steps)
-        return self.start + (self.end - self.start) * progress
+        return linear_schedule(self.start, self.end, self.fraction, env_steps / total)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.total_env_steps is None:
-            batches = trainer.estimated_stepping_batches
-            if not math.isfinite(batches):
-                raise ValueError(
-                    "EpsilonDecay needs the run's length: set Trainer(max_steps=...) or max_epochs, "
-                    "or pass EpsilonDecay(total_env_steps=...)"
-                )
-            self._run_env_steps = int(batches) * pl_module.env_steps_per_training_step
+            self._run_env_steps = planned_env_steps(trainer, pl_module, "EpsilonDecay")
         else:
             self._run_env_steps = self.total_env_steps
         pl_module.epsilon = self.value(pl_module.env_steps, self._run_env_steps)

@@ -6,17 +6,7 @@ from typing import Any
 
 import lightning as L
 
-
-def linear_schedule(start: float, end: float, fraction: float, progress: float) -> float:
-    """Value of a linear ramp from ``start`` to ``end`` over the first ``fraction`` of a run.
-
-    Args:
-        progress: fraction of the run done, in [0, 1] (clamped).
-    """
-    if fraction <= 0:
-        return end
-    ramp = min(1.0, max(progress, 0.0) / fraction)
-    return start + ramp * (end - start)
+from rl_lightning.callbacks.schedule import linear_schedule, planned_env_steps
 
 
 class LinearLRDecay(L.Callback):
@@ -24,7 +14,7 @@ class LinearLRDecay(L.Callback):
     ``lr_frac`` of the run's environment steps, then hold ``lr_end``.
 
     Progress is ``pl_module.env_steps / total_env_steps``; ``total_env_steps`` defaults to
-    ``trainer.estimated_stepping_batches * pl_module.env_steps_per_training_step``.
+    the module's planned env steps for the Trainer's run (``schedule.planned_env_steps``).
 
     Args:
         lr_end: final learning rate.
@@ -47,10 +37,7 @@ class LinearLRDecay(L.Callback):
     def _total(self, trainer: L.Trainer, pl_module: L.LightningModule) -> float:
         if self.total_env_steps is not None:
             return float(self.total_env_steps)
-        batches = trainer.estimated_stepping_batches
-        if batches == float("inf"):
-            raise ValueError("LinearLRDecay needs total_env_steps, or a Trainer with max_steps or max_epochs")
-        return batches * pl_module.env_steps_per_training_step
+        return planned_env_steps(trainer, pl_module, "LinearLRDecay")
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self._initial_lrs:  # restored from a checkpoint when resuming: the optimizer's lr is decayed

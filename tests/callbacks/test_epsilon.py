@@ -46,3 +46,26 @@ def test_unbounded_run_needs_total_env_steps():
 def test_validation(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         EpsilonDecay(**kwargs)
+
+
+def test_decay_spans_the_run_including_the_random_warm_up():
+    """DQN's run = learning_starts random env steps + one vectorised step per update, so with
+    fraction 1 epsilon reaches its end exactly at the run's last env step."""
+    import lightning as L
+
+    from rl_lightning import DQNModule
+
+    module = DQNModule(env_id="Probe1-v0", num_envs=4, learning_starts=30, batch_size=8, steps_per_epoch=5)
+    seen = []
+
+    class Spy(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            seen.append((pl_module.env_steps, pl_module.epsilon))
+
+    decay = EpsilonDecay(start=1.0, end=0.0, fraction=1.0)
+    module.configure_callbacks = lambda: [decay, Spy()]
+    trainer = L.Trainer(max_steps=10, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(module)
+    assert module.planned_env_steps(10) == 32 + 10 * 4  # warm-up rounded up to whole vector steps
+    assert seen[-1] == (72, pytest.approx(0.0))
+    assert seen[0] == (36, pytest.approx(1.0 - 36 / 72))

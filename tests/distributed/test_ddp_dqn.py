@@ -61,11 +61,13 @@ def test_dqn_ddp_two_cpu_processes_agree_on_weights_env_steps_and_epsilon(tmp_pa
     assert rank0["schedule"] == rank1["schedule"]
     env_steps = [env_steps for env_steps, _ in rank0["schedule"]]
     assert env_steps == [LEARNING_STARTS + NUM_ENVS * WORLD_SIZE * (k + 1) for k in range(MAX_STEPS)]
-    schedule = EpsilonDecay(start=1.0, end=0.05, fraction=1.0, total_env_steps=MAX_STEPS * NUM_ENVS * WORLD_SIZE)
+    # The run's planned env steps include the random warm-up: 64 + 20 updates x 8 = 224.
+    planned = LEARNING_STARTS + MAX_STEPS * NUM_ENVS * WORLD_SIZE
+    schedule = EpsilonDecay(start=1.0, end=0.05, fraction=1.0, total_env_steps=planned)
     expected_epsilon = [1.0] + [schedule.value(steps) for steps in env_steps[:-1]]
     assert [epsilon for _, epsilon in rank0["schedule"]] == pytest.approx(expected_epsilon, abs=1e-12)
-    assert expected_epsilon[1] == pytest.approx(1.0 - 0.95 * 72 / 160)  # mid-decay, not trivially 0.05
-    assert rank0["epsilon"] == rank1["epsilon"] == pytest.approx(0.05)
+    assert expected_epsilon[1] == pytest.approx(1.0 - 0.95 * 72 / 224)  # mid-decay, not trivially 0.05
+    assert rank0["epsilon"] == rank1["epsilon"] == pytest.approx(1.0 - 0.95 * 224 / 224)
 
     # One logger: a single event file (rank 0), one point per update, in global env steps.
     event_files = list(tmp_path.glob("lightning_logs/version_*/events.out.tfevents.*"))

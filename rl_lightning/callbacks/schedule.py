@@ -1,0 +1,37 @@
+"""What the env-step-keyed schedules share: a linear ramp and the run's planned env steps."""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+
+
+def linear_schedule(start: float, end: float, fraction: float, progress: float) -> float:
+    """Value of a linear ramp from ``start`` to ``end`` over the first ``fraction`` of a run.
+
+    Args:
+        progress: fraction of the run done, in [0, 1] (clamped).
+    """
+    if fraction <= 0:
+        return end
+    ramp = min(1.0, max(progress, 0.0) / fraction)
+    return start + ramp * (end - start)
+
+
+def planned_env_steps(trainer: L.Trainer, pl_module: L.LightningModule, who: str) -> float:
+    """The run's environment steps, all processes: ``pl_module.planned_env_steps(optimizer_steps)``
+    (DQN adds its random warm-up), else optimizer steps x ``env_steps_per_training_step``.
+
+    Raises:
+        ValueError: for a run without ``max_steps`` or ``max_epochs`` (naming the callback ``who``).
+    """
+    optimizer_steps = trainer.estimated_stepping_batches
+    if not math.isfinite(optimizer_steps):
+        raise ValueError(
+            f"{who} needs the run's length: set Trainer(max_steps=...) or max_epochs, "
+            f"or pass {who}(total_env_steps=...)"
+        )
+    if hasattr(pl_module, "planned_env_steps"):
+        return float(pl_module.planned_env_steps(int(optimizer_steps)))
+    return optimizer_steps * pl_module.env_steps_per_training_step
