@@ -78,20 +78,20 @@ def compute_importance_weights(new_logprobs: Tensor, old_logprobs: Tensor, clip_
     return weights
 
 
-def compute_reinforce_loss(returns: Tensor, logprobs: Tensor, importance_weights: Tensor) -> Tensor:
+def compute_reinforce_loss(returns: Tensor, logprobs: Tensor, iw: Tensor) -> Tensor:
     """The REINFORCE objective to *maximise*: mean of iw * log pi(a_t|s_t) * (G_t - b_t).
 
     The baseline b_t is the mean return at timestep t across envs (no critic); the advantage
     carries no gradient.
 
     Args:
-        returns, logprobs, importance_weights: ``(num_envs, num_steps)``.
+        returns, logprobs, iw (importance weights): ``(num_envs, num_steps)``.
 
     Returns:
         A scalar; gradient *ascent* on it improves the policy.
     """
     advantages = returns - returns.mean(dim=0, keepdim=True)
-    return (importance_weights * logprobs * advantages.detach()).mean()
+    return (iw * logprobs * advantages.detach()).mean()
 
 
 def compute_td_target(rewards: Tensor, terminated: Tensor, next_q_values: Tensor, gamma: float) -> Tensor:

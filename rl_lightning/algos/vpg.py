@@ -232,7 +232,7 @@ class VPGModule(L.LightningModule):
         self.log("charts/learning_rate", lr, on_step=False, on_epoch=True)
         self.log("charts/env_steps", float(env_steps), on_step=False, on_epoch=True)
         if math.isfinite(sps):
-            self.log("charts/SPS", sps * 1.0, on_step=False, on_epoch=True)
+            self.log("charts/SPS", sps, on_step=False, on_epoch=True)
         self.log("env_steps", float(env_steps), prog_bar=True, logger=False, on_step=True, on_epoch=False)
         self.log("return", returns.mean(), prog_bar=True, logger=False, on_step=True, on_epoch=False)
         self.log("lr", lr, prog_bar=True, logger=False, on_step=True, on_epoch=False)

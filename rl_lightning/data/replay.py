@@ -46,6 +46,8 @@ class ReplayBuffer:
         num_envs: transitions per ``add`` (one per env); at most ``buffer_size``.
         seed: seed of the private generator used by ``sample``.
         device: where the tensors live.
+        action_shape: shape of one action: ``()`` (a discrete action index, stored as int64),
+            the only kind the envs have; accepted so that the seeds' keyword call works.
     """
 
     def __init__(
@@ -55,7 +57,10 @@ class ReplayBuffer:
         num_envs: int,
         seed: int = 0,
         device: torch.device | str = "cpu",
+        action_shape: Sequence[int] = (),
     ):
+        if tuple(action_shape) != ():
+            raise ValueError(f"action_shape must be () (one discrete action index per env), got {action_shape!r}")
         check_int("buffer_size", buffer_size, 1)
         check_int("num_envs", num_envs, 1)
         if num_envs > buffer_size:
