@@ -62,6 +62,7 @@ def add_trainer_args(parser: argparse.ArgumentParser, max_steps: int) -> None:
     group.add_argument("--accelerator", default="cpu", help="cpu, gpu, auto ... (default: cpu)")
     group.add_argument("--devices", default="1", help="number of devices or 'auto' (default: 1)")
     group.add_argument("--strategy", default="auto", help="auto, ddp, ddp_spawn ... (default: auto)")
+    group.add_argument("--num_nodes", type=int, default=1, help="machines in a multi-node run (default: 1)")
     group.add_argument("--precision", default="32-true", help="32-true, bf16-mixed, 16-mixed (default: 32-true)")
     group.add_argument("--max_steps", type=int, default=max_steps, help=f"optimizer steps (default: {max_steps})")
     group.add_argument("--default_root_dir", default=".", help="logs go to DIR/lightning_logs (default: .)")
@@ -93,6 +94,7 @@ def trainer_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         accelerator=args.accelerator,
         devices=devices,
         strategy=args.strategy,
+        num_nodes=args.num_nodes,
         precision=args.precision,
         max_steps=args.max_steps,
         default_root_dir=args.default_root_dir,
