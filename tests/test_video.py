@@ -1,5 +1,3 @@
-import time
-
 import imageio.v3 as iio
 import numpy as np
 import pytest
@@ -216,34 +214,3 @@ def test_video_summary_round_trips_through_a_tensorboard_event_file(tmp_path, ca
     plugin_accumulator.Reload()
     assert plugin_accumulator.PluginTagToContent("images").keys() == {"videos/rollout"}
     assert plugin_accumulator.SummaryMetadata("videos/rollout").summary_description == "pink: episode ended"
-
-
-def test_timing_of_a_16_env_500_step_cartpole_video():
-    """Print-only timing, extrapolated to 500 steps from real drawings of 25 steps and assembly +
-    encoding of 100 steps (every stage is linear in the number of steps; keeps the test short)."""
-    num_envs, num_steps, scale_to_500 = 16, 100, 5
-    env, obs, dones = _rollout("CartPole-v1", num_envs, 25)
-    start = time.perf_counter()
-    drawings = env.draw(obs)  # (16, 25, 80, 120, 3)
-    draw_s = (time.perf_counter() - start) * 500 / 25
-    # Cheap "observations" that index the real drawings, and the rollout's real episode ends.
-    library = drawings.reshape(-1, CELL_H, CELL_W, 3)
-    obs_index = (torch.arange(num_envs * num_steps, dtype=torch.float32) % len(library)).view(num_envs, -1, 1)
-    long_dones = dones.repeat(1, num_steps // 25)
-
-    start = time.perf_counter()
-    frames = grid_frames(obs_index, long_dones, lambda index: library[index[..., 0].long()])
-    grid_s = (time.perf_counter() - start) * scale_to_500
-    start = time.perf_counter()
-    mp4 = encode_mp4(frames, fps=env.render_fps)
-    mp4_s = (time.perf_counter() - start) * scale_to_500
-    start = time.perf_counter()
-    gif = encode_gif(frames, fps=env.render_fps)
-    gif_s = (time.perf_counter() - start) * scale_to_500
-
-    assert frames.shape == (num_steps, 326, 486, 3)
-    print(
-        f"\n16 envs x 500 steps of CartPole (extrapolated): env.draw {draw_s:.1f} s, grid + flashes "
-        f"{grid_s:.1f} s, MP4 {mp4_s:.1f} s (~{len(mp4) * scale_to_500 / 1e6:.2f} MB), "
-        f"GIF {gif_s:.1f} s (~{len(gif) * scale_to_500 / 1e6:.2f} MB)"
-    )
