@@ -44,9 +44,10 @@ def run_lightning(seed: int, bare: bool = False) -> tuple[float, int]:
     """``Trainer.fit(VPGModule(seed=seed))`` with the defaults: TensorBoard logging and a
     checkpoint at every epoch (= rollout); ``bare``: neither. No progress bar either way."""
     module = VPGModule(seed=seed)  # train_vpg.py's defaults
+    root = tempfile.TemporaryDirectory(prefix="bench_vpg_")
     trainer = L.Trainer(
         max_steps=MAX_ROLLOUTS,
-        default_root_dir=tempfile.mkdtemp(prefix="bench_vpg_"),
+        default_root_dir=root.name,
         logger=not bare,
         enable_checkpointing=not bare,
         enable_progress_bar=False,
@@ -57,6 +58,7 @@ def run_lightning(seed: int, bare: bool = False) -> tuple[float, int]:
     stopper = _StopWhenSolved(start)
     trainer.callbacks.append(stopper)
     trainer.fit(module)
+    root.cleanup()
     return stopper.solved_at or (float("nan"), module.env_steps)
 
 

@@ -165,3 +165,19 @@ def report(trainer: L.Trainer, module: L.LightningModule, seconds: float) -> str
         f"  TensorBoard logs: {log_dir}  (tensorboard --logdir {Path(log_dir).parent.parent})",
     ]
     return "\n".join(lines)
+
+
+def parse_script_args(
+    module_cls: type[L.LightningModule], doc: str | None, max_steps: int, eval_every: int, video_every: int
+) -> argparse.Namespace:
+    """The training scripts' command line: ``module_cls``'s hyper-parameters, the Trainer flags and
+    the evaluation / video / stopping options. Also applies ``--num_threads``."""
+    import torch
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_module_args(parser, module_cls)
+    add_trainer_args(parser, max_steps=max_steps)
+    add_watch_args(parser, eval_every=eval_every, video_every=video_every)
+    args = parser.parse_args()
+    torch.set_num_threads(args.num_threads)
+    return args

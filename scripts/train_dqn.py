@@ -3,37 +3,20 @@
 The defaults solve CartPole-v1 in seconds on one CPU thread: the run stops once the greedy
 policy's mean return over 32 evaluation episodes reaches 475 (``--no_stop_when_solved`` trains
 for the whole budget). Every DQNModule hyper-parameter and the usual Trainer flags are options
-(``--double_dqn true``, ``--target_update_env_steps none --tau 0.01``). Logs, grid videos and
+(``--double_dqn false``, ``--target_update_env_steps none --tau 0.01``). Logs, grid videos and
 checkpoints go to ``lightning_logs/`` (watch them with ``tensorboard --logdir lightning_logs``).
 """
 
-import argparse
 import time
 
 import lightning as L
-import torch
 
-from rl_lightning.algos.dqn import DQNModule
-from rl_lightning.scripting import (
-    add_module_args,
-    add_trainer_args,
-    add_watch_args,
-    fit_kwargs,
-    module_kwargs,
-    report,
-    trainer_kwargs,
-    watch_callbacks,
-)
+from rl_lightning import DQNModule
+from rl_lightning.scripting import fit_kwargs, module_kwargs, parse_script_args, report, trainer_kwargs, watch_callbacks
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_module_args(parser, DQNModule)
-    add_trainer_args(parser, max_steps=5_000)
-    add_watch_args(parser, eval_every=4_000, video_every=40_000)
-    args = parser.parse_args()
-    torch.set_num_threads(args.num_threads)
-
+    args = parse_script_args(DQNModule, __doc__, max_steps=5_000, eval_every=4_000, video_every=40_000)
     module = DQNModule(**module_kwargs(args, DQNModule))
     trainer = L.Trainer(log_every_n_steps=50, callbacks=watch_callbacks(args), **trainer_kwargs(args))
     start = time.perf_counter()

@@ -7,33 +7,16 @@ options. Logs, grid videos and checkpoints go to ``lightning_logs/`` (watch them
 ``tensorboard --logdir lightning_logs``).
 """
 
-import argparse
 import time
 
 import lightning as L
-import torch
 
 from rl_lightning import VPGModule
-from rl_lightning.scripting import (
-    add_module_args,
-    add_trainer_args,
-    add_watch_args,
-    fit_kwargs,
-    module_kwargs,
-    report,
-    trainer_kwargs,
-    watch_callbacks,
-)
+from rl_lightning.scripting import fit_kwargs, module_kwargs, parse_script_args, report, trainer_kwargs, watch_callbacks
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_module_args(parser, VPGModule)
-    add_trainer_args(parser, max_steps=50)
-    add_watch_args(parser, eval_every=32_000, video_every=100_000)
-    args = parser.parse_args()
-    torch.set_num_threads(args.num_threads)
-
+    args = parse_script_args(VPGModule, __doc__, max_steps=50, eval_every=32_000, video_every=100_000)
     module = VPGModule(**module_kwargs(args, VPGModule))
     trainer = L.Trainer(log_every_n_steps=1, callbacks=watch_callbacks(args), **trainer_kwargs(args))
     start = time.perf_counter()

@@ -68,3 +68,22 @@ def test_train_vpg_script_resumes_from_last(tmp_path):
     resumed = run("--max_steps", "4", "--ckpt_path", "last")
     assert "version_0/checkpoints/last.ckpt" in resumed  # Lightning's "Restoring states from ..."
     assert "960 env steps, 4 updates" in resumed  # the counters went on from 480 and 2
+
+
+def test_train_dqn_script_trains_evaluates_and_checkpoints(tmp_path):
+    args = ["--max_steps", "30", "--num_envs", "4", "--learning_starts", "64", "--batch_size", "32"]
+    args += ["--steps_per_epoch", "10", "--eval_every_n_env_steps", "40", "--num_eval_episodes", "4"]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "train_dqn.py"), *args, "--video_every_n_env_steps", "100"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    # 64 random warm-up steps, then 30 updates of one vectorised step of 4 envs.
+    assert "184 env steps, 30 updates" in result.stdout
+    run = tmp_path / "lightning_logs" / "version_0"
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    # Greedy clips at the first update (68 env steps) and after each multiple of 100 (104).
+    assert sorted(path.name for path in (run / "videos").glob("*.mp4")) == ["step_104.mp4", "step_68.mp4"]
