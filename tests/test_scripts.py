@@ -85,5 +85,5 @@ def test_train_dqn_script_trains_evaluates_and_checkpoints(tmp_path):
     assert "184 env steps, 30 updates" in result.stdout
     run = tmp_path / "lightning_logs" / "version_0"
     assert (run / "checkpoints" / "last.ckpt").is_file()
-    # Greedy clips at the first update (68 env steps) and after each multiple of 100 (104).
-    assert sorted(path.name for path in (run / "videos").glob("*.mp4")) == ["step_104.mp4", "step_68.mp4"]
+    # Greedy clips at the first update (68 env steps) and when the env steps first reach 100.
+    assert sorted(path.name for path in (run / "videos").glob("*.mp4")) == ["step_100.mp4", "step_68.mp4"]
