@@ -63,13 +63,19 @@ def test_evaluation_callback_logs_metrics(tmp_path):
     assert trainer.callback_metrics["eval/episodic_return"].item() in (-1.0, 1.0)
 
 
-def test_early_stopping_on_eval_return_ends_a_solved_cartpole_run():
+def test_early_stopping_on_eval_return_ends_a_solved_cartpole_run(tmp_path):
     """EarlyStopping(monitor='eval/episodic_return', stopping_threshold=475) stops VPG on
     CartPole once the greedy policy's mean return over 32 episodes reaches 475."""
     evaluation = Evaluation(every_n_env_steps=30_000, num_eval_episodes=32)
     stopper = EarlyStopping(monitor="eval/episodic_return", stopping_threshold=475.0, mode="max", patience=1000)
     best = ModelCheckpoint(monitor="eval/episodic_return", mode="max")
-    trainer = L.Trainer(max_steps=60, logger=False, callbacks=[evaluation, stopper, best], enable_progress_bar=False)
+    trainer = L.Trainer(
+        max_steps=60,
+        logger=False,
+        default_root_dir=tmp_path,
+        callbacks=[evaluation, stopper, best],
+        enable_progress_bar=False,
+    )
     trainer.fit(VPGModule(seed=1))
     assert trainer.global_step < 60
     assert evaluation.history[-1][1] >= 475.0
