@@ -179,9 +179,13 @@ class DQNModule(L.LightningModule):
 
     @torch.no_grad()
     def act(self, obs: Tensor, greedy: bool) -> Tensor:
-        """Actions ``(batch,)`` for observations ``(batch, *obs_shape)``: argmax Q if ``greedy``,
-        else epsilon-greedy with the current ``epsilon`` (torch's global RNG)."""
-        return epsilon_greedy(self.q_network(obs), 0.0 if greedy else self._epsilon)
+        """Actions for ``obs`` ``(batch, *obs_shape)`` or one ``obs_shape`` observation (a tensor or
+        an array, e.g. from a gymnasium env): argmax Q if ``greedy``, else epsilon-greedy with the
+        current ``epsilon`` (torch's global RNG)."""
+        obs = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        q_values = self.q_network(obs.reshape(-1, *self.obs_shape))
+        actions = epsilon_greedy(q_values, 0.0 if greedy else self._epsilon)
+        return actions.reshape(obs.shape[: obs.dim() - len(self.obs_shape)])
 
     def forward(self, obs: Tensor) -> Tensor:
         """Q-values ``(batch, num_actions)``."""

@@ -184,9 +184,9 @@ class VPGModule(L.LightningModule):
 
     @torch.no_grad()
     def act(self, obs: Tensor, greedy: bool = False) -> Tensor:
-        """Actions for ``obs`` ``(batch, *obs_shape)``: the most likely one if ``greedy``,
-        else sampled from the policy."""
-        logits = self.policy_network(obs.to(self.device, torch.float32))
+        """Actions for ``obs`` ``(batch, *obs_shape)`` or one ``obs_shape`` observation (a tensor or
+        an array, e.g. from a gymnasium env): the most likely one if ``greedy``, else sampled."""
+        logits = self.policy_network(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
         if greedy:
             return logits.argmax(dim=-1)
         return sample_actions(logits)[0]

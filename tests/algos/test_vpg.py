@@ -176,3 +176,16 @@ def test_lr_decay_callback_is_added_and_keyed_on_env_steps():
     _trainer(max_steps=4, callbacks=[Spy()]).fit(module)
     # Total 4 rollouts; at update k the env steps are k/4 of the run; decay ends at 1/2.
     assert seen == pytest.approx([1e-2 + (1e-3 - 1e-2) * 0.5, 1e-3, 1e-3, 1e-3])
+
+
+def test_act_takes_one_observation_as_an_array():
+    """E.g. a gymnasium env's numpy observation: one action back."""
+    import numpy as np
+
+    from rl_lightning import DQNModule
+
+    obs = np.array([0.01, -0.02, 0.03, 0.04], dtype=np.float32)
+    for module in (VPGModule(seed=0), DQNModule(seed=0)):
+        action = module.act(obs, greedy=True)
+        assert action.shape == () and action.dtype == torch.int64
+        assert action.item() == module.act(torch.from_numpy(obs).unsqueeze(0), greedy=True).item()
