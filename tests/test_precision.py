@@ -9,13 +9,21 @@ is checked twice, in float32 and under ``torch.autocast("cpu", dtype=torch.bfloa
 import lightning as L
 import pytest
 import torch
+from probe_settings import (
+    DQN_PROBE_LEARNING_STARTS,
+    DQN_PROBE_UPDATES,
+    DQN_PROBES,
+    GAMMA,
+    VPG_PROBES,
+    dqn_probe_module,
+    vpg_probe_module,
+)
 
 import rl_lightning.algos.dqn as dqn_algo
 import rl_lightning.algos.vpg as vpg_algo
 from rl_lightning import DQNModule, VPGModule
 
 BF16_EPS = torch.finfo(torch.bfloat16).eps  # 2**-7 = 0.0078125
-GAMMA = 0.99
 
 
 class _Recorder(L.Callback):
@@ -62,39 +70,15 @@ def _assert_close_in_fp32_and_bf16(network: torch.nn.Module, obs, expected, tole
 # -- probes -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("probe", "env_steps", "obs", "expected_probs"),
-    [
-        (4, 2500, [[0.0]], [[0.0, 1.0]]),
-        (5, 5000, [[0.0], [1.0]], [[1.0, 0.0], [0.0, 1.0]]),
-    ],
-)
+@pytest.mark.parametrize(("probe", "env_steps", "obs", "expected_probs"), VPG_PROBES)
 def test_vpg_bf16_mixed_learns_probe_policy_within_bf16_eps(probe, env_steps, obs, expected_probs):
     """Settings of tests/algos/test_vpg_learning.py; action probabilities within max(2e-3, eps)
     both in float32 and under bf16 autocast (measured: 6e-6 for Probe4, 1.2e-4 for Probe5)."""
-    module = VPGModule(
-        env_id=f"Probe{probe}-v0",
-        num_envs=4,
-        num_steps_per_rollout=16,
-        lr=5e-3,
-        normalize_returns=False,
-        clip_coef=None,
-        seed=0,
-    )
+    module = vpg_probe_module(probe)
     _fit_bf16(module, max_steps=env_steps // (4 * 16))
     assert module.policy_network.layers[0].weight.dtype == torch.float32  # autocast keeps fp32 master weights
     tolerance = max(2e-3, BF16_EPS)
     _assert_close_in_fp32_and_bf16(module.policy_network, obs, expected_probs, tolerance, softmax=True)
-
-
-# env id, probe observations, expected Q-values (num_obs, num_actions), float32 tolerance
-DQN_PROBES = {
-    1: ([[0.0]], [[1.0]], 5e-4),
-    2: ([[-1.0], [1.0]], [[-1.0], [1.0]], 5e-4),
-    3: ([[0.0], [1.0]], [[GAMMA], [1.0]], 5e-4),
-    4: ([[0.0]], [[-1.0, 1.0]], 5e-4),
-    5: ([[0.0], [1.0]], [[1.0, -1.0], [-1.0, 1.0]], 1e-3),
-}
 
 
 @pytest.mark.parametrize("probe", sorted(DQN_PROBES))
@@ -103,23 +87,9 @@ def test_dqn_bf16_mixed_learns_probe_q_values_within_bf16_eps(probe):
     in float32 and under bf16 autocast (measured float32 errors 9e-4..3.1e-3, autocast 0..1.7e-3:
     bf16 rounds 0.99 to 0.98828125)."""
     obs, expected, seed_tolerance = DQN_PROBES[probe]
-    module = DQNModule(
-        env_id=f"Probe{probe}-v0",
-        num_envs=4,
-        buffer_size=500,
-        batch_size=128,
-        learning_starts=100,
-        steps_per_train=1,
-        gamma=GAMMA,
-        lr=1e-3,
-        target_update_env_steps=80,
-        epsilon_start=1.0,
-        epsilon_end=0.5,
-        exploration_fraction=0.5,
-        seed=0,
-    )
-    _fit_bf16(module, max_steps=600)
-    assert module.env_steps == 100 + 600 * 4
+    module = dqn_probe_module(probe)
+    _fit_bf16(module, max_steps=DQN_PROBE_UPDATES)
+    assert module.env_steps == DQN_PROBE_LEARNING_STARTS + DQN_PROBE_UPDATES * 4
     tolerance = max(seed_tolerance, BF16_EPS)
     _assert_close_in_fp32_and_bf16(module.q_network, obs, expected, tolerance, softmax=False)
 

@@ -3,6 +3,7 @@
 import lightning as L
 import pytest
 import torch
+from probe_settings import VPG_PROBES, vpg_probe_module
 
 from rl_lightning import VPGModule
 
@@ -20,29 +21,10 @@ def _fit(module: VPGModule, max_steps: int, callbacks=()) -> L.Trainer:
     return trainer
 
 
-def _probe_module(probe: int) -> VPGModule:
-    # The seeds' probe settings: short rollouts of one-step episodes, raw returns.
-    return VPGModule(
-        env_id=f"Probe{probe}-v0",
-        num_envs=4,
-        num_steps_per_rollout=16,
-        lr=5e-3,
-        normalize_returns=False,
-        clip_coef=None,
-        seed=0,
-    )
-
-
-@pytest.mark.parametrize(
-    ("probe", "env_steps", "obs", "expected_probs"),
-    [
-        (4, 2500, [[0.0]], [[0.0, 1.0]]),
-        (5, 5000, [[0.0], [1.0]], [[1.0, 0.0], [0.0, 1.0]]),
-    ],
-)
+@pytest.mark.parametrize(("probe", "env_steps", "obs", "expected_probs"), VPG_PROBES)
 def test_vpg_probe_learns_optimal_policy_within_2e_3(probe, env_steps, obs, expected_probs):
     """Probe4: always action 1; Probe5: action = obs. Action probabilities within 2e-3."""
-    module = _probe_module(probe)
+    module = vpg_probe_module(probe)
     _fit(module, max_steps=env_steps // (4 * 16))
     with torch.no_grad():
         probs = module.policy_network(torch.tensor(obs)).softmax(-1)
