@@ -1,4 +1,4 @@
-"""Run by tests/distributed/test_ddp.py: fit a module with Trainer(devices=2, strategy=...) on
+"""Run by tests/distributed/test_ddp.py: fit VPG with Trainer(devices=2, strategy=...) on
 CPU (gloo) and write each rank's final weights and counters to OUT_DIR/rank<k>.pt."""
 
 import sys
@@ -28,22 +28,15 @@ class Record(L.Callback):
 
 
 def main() -> None:
-    out_dir, strategy, algo = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    out_dir, strategy = Path(sys.argv[1]), sys.argv[2]
     torch.set_num_threads(1)
-    if algo == "vpg":
-        module = VPGModule(num_envs=8, num_steps_per_rollout=50, seed=4)
-        max_steps = 4
-    else:
-        from rl_lightning.algos.dqn import DQNModule
-
-        module = DQNModule(env_id="CartPole-v1", num_envs=4, learning_starts=64, batch_size=32, seed=4)
-        max_steps = 20
+    module = VPGModule(num_envs=8, num_steps_per_rollout=50, seed=4)
 
     trainer = L.Trainer(
         accelerator="cpu",
         devices=2,
         strategy=strategy,
-        max_steps=max_steps,
+        max_steps=4,
         default_root_dir=out_dir,
         callbacks=[Record(out_dir)],
         enable_progress_bar=False,

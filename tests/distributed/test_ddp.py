@@ -11,9 +11,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 HERE = Path(__file__).resolve().parent
 
 
-def _run(tmp_path: Path, strategy: str, algo: str) -> tuple[dict, dict]:
+def _run(tmp_path: Path, strategy: str) -> tuple[dict, dict]:
     result = subprocess.run(
-        [sys.executable, str(HERE / "ddp_fit.py"), str(tmp_path), strategy, algo],
+        [sys.executable, str(HERE / "ddp_fit.py"), str(tmp_path), strategy],
         capture_output=True,
         text=True,
         timeout=240,
@@ -24,7 +24,7 @@ def _run(tmp_path: Path, strategy: str, algo: str) -> tuple[dict, dict]:
 
 @pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
 def test_vpg_ddp_two_cpu_processes_end_with_identical_weights(tmp_path, strategy):
-    rank0, rank1 = _run(tmp_path, strategy, "vpg")
+    rank0, rank1 = _run(tmp_path, strategy)
     assert rank0["world_size"] == rank1["world_size"] == 2
     assert rank0["global_step"] == rank1["global_step"] == 4
     # Env steps are counted globally and identically: 4 rollouts x 8 envs x 50 steps x 2 ranks.
