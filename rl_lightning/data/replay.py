@@ -317,11 +317,10 @@ class ReplaySource(IterableDataset):
                 actions = epsilon_greedy(self.q_network(obs), self.epsilon, self.generator)
             next_obs, rewards, terminated, truncated, info = envs.step(actions)
             # For an env that just finished, next_obs is the first obs of its next episode; the
-            # transition must end in the obs the episode really reached.
-            done = terminated | truncated
-            real_next_obs = torch.where(done.unsqueeze(-1), info["final_observation"], next_obs)
-            self.buffer.add(obs, actions, rewards, terminated, real_next_obs)
-            self._track_episodes(rewards, done)
+            # transition must end in the obs the episode really reached, which the env contract
+            # puts in info["final_observation"] for every env (equal to next_obs where no reset).
+            self.buffer.add(obs, actions, rewards, terminated, info["final_observation"])
+            self._track_episodes(rewards, terminated | truncated)
             obs = next_obs
         self._obs = obs
         self.env_steps += num_steps * envs.num_envs * self.world_size
