@@ -2,16 +2,28 @@
 
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.cartpole import CartPole
-from rl_lightning.envs.probes import Probe1, Probe2, Probe3, Probe4, Probe5
+from rl_lightning.envs.probes import (
+    ContinuousProbe1,
+    ContinuousProbe2,
+    ImageProbe5,
+    Probe1,
+    Probe2,
+    Probe3,
+    Probe4,
+    Probe5,
+)
 from rl_lightning.envs.registry import make_envs, register, registered_env_ids
 
 register("CartPole-v1", CartPole)
 register("CartPole-gpu", CartPole)  # the seeds' name, kept as an alias
-for _probe in (Probe1, Probe2, Probe3, Probe4, Probe5):
+for _probe in (Probe1, Probe2, Probe3, Probe4, Probe5, ContinuousProbe1, ContinuousProbe2, ImageProbe5):
     register(f"{_probe.__name__}-v0", _probe)
 
 __all__ = [
     "CartPole",
+    "ContinuousProbe1",
+    "ContinuousProbe2",
+    "ImageProbe5",
     "Probe1",
     "Probe2",
     "Probe3",

@@ -4,8 +4,13 @@ A ``VectorEnv`` holds ``num_envs`` copies of one environment as batched tensors 
 and steps them all in lock-step:
 
 - ``reset() -> (obs, info)`` and ``step(actions) -> (obs, reward, terminated, truncated, info)``;
-  ``obs`` is float32 ``(num_envs, *obs_shape)``, ``reward`` float32 ``(num_envs,)``,
-  ``terminated`` / ``truncated`` bool ``(num_envs,)``, all on ``env.device``.
+  ``obs`` is ``(num_envs, *obs_shape)`` of the observation space's dtype (float32, or uint8 for
+  images), ``reward`` float32 ``(num_envs,)``, ``terminated`` / ``truncated`` bool
+  ``(num_envs,)``, all on ``env.device``.
+- Actions: for a ``Discrete`` space an integer ``(num_envs,)`` tensor in ``[0, n)``; for a
+  ``Box`` space a floating ``(num_envs, *action_shape)`` tensor of finite values, which the env
+  clips to the space's bounds (a policy stores what it sampled, unclipped, for its
+  log-probabilities).
 - Auto-reset happens inside ``step``: for an env whose episode just ended, the returned obs is
   the first obs of its next episode, and ``info["final_observation"]`` (a full
   ``(num_envs, *obs_shape)`` tensor) holds the true last obs of every env.
@@ -22,19 +27,47 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from gymnasium.vector.utils import batch_space
 from torch import Tensor
 
+from rl_lightning._checks import check_seed
+
 _INTEGER_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+_OBS_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.uint8): torch.uint8}
+
+
+def resolve_device(device: torch.device | str) -> torch.device:
+    """``device`` with its index filled in: ``"cuda"`` is the current CUDA device (``cuda:0``
+    usually), so that envs, buffers and modules given ``"cuda"`` and ``"cuda:0"`` agree."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def space_kind(space: gym.Space) -> str:
+    """``"discrete"`` or ``"box"``; any other space is a ``ValueError`` naming it."""
+    if isinstance(space, gym.spaces.Discrete):
+        return "discrete"
+    if isinstance(space, gym.spaces.Box):
+        return "box"
+    raise ValueError(
+        f"unsupported space {space!r} ({type(space).__name__}): rl_lightning supports Discrete and Box spaces"
+    )
 
 
 class VectorEnv:
     """Base class: ``num_envs`` copies of an environment stepped in lock-step as tensors.
 
-    Subclasses set ``single_observation_space`` (a float32 ``Box``) and
-    ``single_action_space`` (a ``Discrete``) before calling ``super().__init__``, and implement
-    ``_reset_all``, ``_step`` and ``draw``.
+    Subclasses set ``single_observation_space`` (a float32 or uint8 ``Box``) and
+    ``single_action_space`` (a ``Discrete`` or a float32 ``Box``) before calling
+    ``super().__init__``, and implement ``_reset_all``, ``_step`` and ``draw``.
+
+    Action values (range, finiteness) are checked on every step on the CPU, where a check costs
+    no synchronisation; on other devices only on the first step, since reading a value back
+    stalls the device. Set ``env.check_action_values = True`` to check every step anyway.
 
     Args:
         num_envs: number of environment copies, >= 1.
@@ -43,7 +76,7 @@ class VectorEnv:
     """
 
     single_observation_space: gym.spaces.Box
-    single_action_space: gym.spaces.Discrete
+    single_action_space: gym.spaces.Discrete | gym.spaces.Box
     #: Frames per second for videos of this env.
     render_fps: int = 50
     #: Attributes holding the env's dynamic state, saved by :meth:`state_dict`.
@@ -52,16 +85,36 @@ class VectorEnv:
     def __init__(self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu"):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
         self.num_envs = num_envs
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.generator = torch.Generator(device=self.device)
         self.seed(seed)
-        self.observation_space = batch_space(self.single_observation_space, num_envs)
-        self.action_space = batch_space(self.single_action_space, num_envs)
-        self.num_actions = int(self.single_action_space.n)
-        self.obs_shape = tuple(self.single_observation_space.shape)
+
+        obs_space, action_space = self.single_observation_space, self.single_action_space
+        if not isinstance(obs_space, gym.spaces.Box) or obs_space.dtype not in _OBS_DTYPES:
+            raise ValueError(
+                f"single_observation_space must be a float32 or uint8 Box, got {obs_space!r}: "
+                "wrap other spaces (Dict, Tuple, ...) into one Box first"
+            )
+        self.obs_shape = tuple(obs_space.shape)
+        self.obs_dtype = _OBS_DTYPES[obs_space.dtype]
+        self.action_kind = space_kind(action_space)
+        self.observation_space = batch_space(obs_space, num_envs)
+        self.action_space = batch_space(action_space, num_envs)
+        if self.action_kind == "discrete":
+            #: Number of actions of a ``Discrete`` space (None for a ``Box``).
+            self.num_actions: int | None = int(action_space.n)
+            self.action_shape: tuple[int, ...] = ()
+            self.action_dtype = torch.int64
+        else:
+            self.num_actions = None
+            self.action_shape = tuple(action_space.shape)
+            self.action_dtype = torch.float32
+            self._action_low = torch.as_tensor(action_space.low, dtype=torch.float32, device=self.device)
+            self._action_high = torch.as_tensor(action_space.high, dtype=torch.float32, device=self.device)
+        #: Check action values on every step (True on the CPU, where it costs no device sync).
+        self.check_action_values = self.device.type == "cpu"
+        self._checked_once = False
 
     # -- public API -------------------------------------------------------------------------
 
@@ -69,7 +122,7 @@ class VectorEnv:
         """Re-seed the env's private generator (``None``: a seed from torch's global RNG)."""
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
-        self.generator.manual_seed(seed)
+        self.generator.manual_seed(check_seed("seed", seed))
 
     def reset(self, seed: int | None = None) -> tuple[Tensor, dict[str, Any]]:
         """Start a new episode in every env.
@@ -78,7 +131,7 @@ class VectorEnv:
             seed: if given, re-seed the private generator first.
 
         Returns:
-            obs: float32 ``(num_envs, *obs_shape)``; info: an empty dict.
+            obs: ``(num_envs, *obs_shape)``; info: an empty dict.
         """
         if seed is not None:
             self.seed(seed)
@@ -88,16 +141,33 @@ class VectorEnv:
         """Advance every env by one step and auto-reset the ones whose episode ended.
 
         Args:
-            actions: integer ``(num_envs,)`` tensor on ``self.device``, each in
-                ``[0, num_actions)``.
+            actions: ``Discrete``: integer ``(num_envs,)`` in ``[0, num_actions)``; ``Box``: floating
+                ``(num_envs, *action_shape)``, finite, clipped to the space's bounds. On ``self.device``.
 
         Returns:
-            obs ``(num_envs, *obs_shape)`` float32 (first obs of the next episode where one
-            ended), reward ``(num_envs,)`` float32, terminated and truncated ``(num_envs,)`` bool,
-            and info with ``"final_observation"``: the obs each env reached before any reset.
+            obs ``(num_envs, *obs_shape)`` (first obs of the next episode where one ended), reward
+            ``(num_envs,)`` float32, terminated and truncated ``(num_envs,)`` bool, and info with
+            ``"final_observation"``: the obs each env reached before any reset.
         """
         self._check_actions(actions)
+        if self.action_kind == "box":
+            actions = torch.clamp(actions.float(), self._action_low, self._action_high)
         return self._step(actions)
+
+    def random_actions(self, generator: torch.Generator | None = None) -> Tensor:
+        """Uniformly random valid actions, one per env (``Box``: uniform within finite bounds,
+        standard normal where a bound is infinite), drawn from ``generator`` (torch's global RNG
+        if None) on ``self.device``."""
+        if self.action_kind == "discrete":
+            return torch.randint(0, self.num_actions, (self.num_envs,), generator=generator, device=self.device)
+        shape = (self.num_envs, *self.action_shape)
+        uniform = torch.rand(shape, generator=generator, device=self.device)
+        low, high = self._action_low, self._action_high
+        bounded = torch.isfinite(low) & torch.isfinite(high)
+        if bool(bounded.all()):
+            return low + uniform * (high - low)
+        normal = torch.randn(shape, generator=generator, device=self.device)
+        return torch.where(bounded, torch.nan_to_num(low + uniform * (high - low)), normal)
 
     def draw(self, obs: Tensor) -> Tensor:
         """Render observations as uint8 RGB images.
@@ -108,7 +178,7 @@ class VectorEnv:
         Returns:
             uint8 ``(*batch, height, width, 3)`` on the CPU.
         """
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} cannot draw its observations")
 
     def close(self) -> None:
         """Release resources (nothing to release for tensor envs; kept for gymnasium parity)."""
@@ -157,15 +227,31 @@ class VectorEnv:
         raise NotImplementedError
 
     def _check_actions(self, actions: Tensor) -> None:
+        """Type, shape, dtype and device every step (no device sync); values where it is cheap."""
         if not isinstance(actions, Tensor):
             raise TypeError(f"actions must be a torch.Tensor, got {type(actions).__name__}")
-        if actions.shape != (self.num_envs,):
-            raise ValueError(f"actions must have shape ({self.num_envs},) (one per env), got {tuple(actions.shape)}")
-        if actions.dtype not in _INTEGER_DTYPES:
-            raise TypeError(f"actions must have an integer dtype, got {actions.dtype}")
+        expected = (self.num_envs, *self.action_shape)
+        if actions.shape != expected:
+            raise ValueError(
+                f"actions must have shape {expected} (one {'index' if self.num_actions else 'action'} per env), "
+                f"got {tuple(actions.shape)}"
+            )
+        if self.action_kind == "discrete" and actions.dtype not in _INTEGER_DTYPES:
+            raise TypeError(f"actions must have an integer dtype for a Discrete action space, got {actions.dtype}")
+        if self.action_kind == "box" and not actions.is_floating_point():
+            raise TypeError(f"actions must have a floating dtype for a Box action space, got {actions.dtype}")
         if actions.device != self.device:
             raise ValueError(f"actions must be on {self.device}, got {actions.device}")
-        # One fused reduction; on a GPU this is the only host sync of a step.
-        low, high = torch.aminmax(actions)
-        if low.item() < 0 or high.item() >= self.num_actions:
-            raise ValueError(f"actions must be in [0, {self.num_actions}), got values in [{low.item()}, {high.item()}]")
+        if self.check_action_values or not self._checked_once:
+            self._checked_once = True
+            self._check_action_values(actions)
+
+    def _check_action_values(self, actions: Tensor) -> None:
+        if self.action_kind == "discrete":
+            low, high = torch.aminmax(actions)
+            if low.item() < 0 or high.item() >= self.num_actions:
+                raise ValueError(
+                    f"actions must be in [0, {self.num_actions}), got values in [{low.item()}, {high.item()}]"
+                )
+        elif not bool(torch.isfinite(actions).all()):
+            raise ValueError("actions must be finite, got NaN or infinite values")

@@ -15,6 +15,20 @@ Probe5-v0     2        [0] or [1] at random    +1 if action == obs else -1 1 ste
 So V(Probe1) = 1; V(Probe2, obs) = obs; V(Probe3) = [gamma, 1]; Q(Probe4) = [-1, 1];
 Q(Probe5, obs=0) = [1, -1] and Q(Probe5, obs=1) = [-1, 1]. Every episode ends by termination
 (a real terminal state), never by truncation.
+
+Two more kinds test the other action and observation spaces:
+
+==================  ================  ==========  =================================  =====================
+env                 actions           obs         reward                             optimum
+==================  ================  ==========  =================================  =====================
+ContinuousProbe1    Box [-1, 1]^1     [0]         -(a - 0.5)^2                       a = 0.5, return 0
+ContinuousProbe2    Box [-1, 1]^2     [-1]/[+1]   -|a - obs * (0.5, -0.5)|^2         a = obs * (0.5, -0.5)
+ImageProbe5         2                 image       as Probe5                          as Probe5
+==================  ================  ==========  =================================  =====================
+
+``ImageProbe5``'s observation is a uint8 ``(36, 36, 3)`` image (gymnasium's height, width,
+channel layout): the left half lit for Probe5's obs 0, the right half for obs 1, so a network
+must see where the light is, not only how much there is.
 """
 
 from __future__ import annotations
@@ -25,6 +39,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor
+
+from gymnasium.vector.utils import batch_space
 
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.render import draw_probe
@@ -44,10 +60,13 @@ class _ProbeEnv(VectorEnv):
         self.single_observation_space = gym.spaces.Box(
             np.array([self.obs_low], dtype=np.float32), np.array([self.obs_high], dtype=np.float32)
         )
-        self.single_action_space = gym.spaces.Discrete(self.num_actions_)
+        self.single_action_space = self._action_space()
         super().__init__(num_envs, seed, device)
         self._obs = torch.zeros(num_envs, 1, dtype=torch.float32, device=self.device)
         self._t = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+
+    def _action_space(self) -> gym.Space:
+        return gym.spaces.Discrete(self.num_actions_)
 
     def _initial_obs(self, count: int) -> Tensor:
         return torch.zeros(count, 1, dtype=torch.float32, device=self.device)
@@ -132,3 +151,78 @@ class Probe5(_ProbeEnv):
 
     def _reward(self, actions: Tensor) -> Tensor:
         return torch.where(actions == self._obs[:, 0].long(), 1.0, -1.0).float()
+
+
+class _ContinuousProbe(_ProbeEnv):
+    """One step, reward ``-|a - target(obs)|^2`` with a ``Box(-1, 1, (action_dim,))`` action."""
+
+    action_dim: int = 1
+
+    def _action_space(self) -> gym.Space:
+        return gym.spaces.Box(-1.0, 1.0, (self.action_dim,), dtype=np.float32)
+
+    def target(self, obs: Tensor) -> Tensor:
+        """The optimal action ``(..., action_dim)`` for observations ``(..., 1)``."""
+        raise NotImplementedError
+
+    def _reward(self, actions: Tensor) -> Tensor:
+        return -(actions - self.target(self._obs)).square().sum(dim=1)
+
+
+class ContinuousProbe1(_ContinuousProbe):
+    """Obs [0], one step, reward -(a - 0.5)^2: the optimal action is 0.5 (return 0)."""
+
+    def target(self, obs: Tensor) -> Tensor:
+        return torch.full_like(obs, 0.5)
+
+
+class ContinuousProbe2(_ContinuousProbe):
+    """Obs [-1] or [+1] at random, one step, 2-d action, reward -|a - obs * (0.5, -0.5)|^2."""
+
+    obs_low, obs_high = -1.0, 1.0
+    action_dim = 2
+
+    def _initial_obs(self, count: int) -> Tensor:
+        coin = torch.rand(count, 1, generator=self.generator, device=self.device) < 0.5
+        return torch.where(coin, 1.0, -1.0).float()
+
+    def target(self, obs: Tensor) -> Tensor:
+        return obs * torch.tensor([0.5, -0.5], device=obs.device)
+
+
+IMAGE_SIZE = 36
+
+
+class ImageProbe5(Probe5):
+    """Probe5 seen as a uint8 ``(36, 36, 3)`` image: left half lit for obs 0, right half for 1."""
+
+    def __init__(self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu"):
+        super().__init__(num_envs, seed, device)
+        self.single_observation_space = gym.spaces.Box(0, 255, (IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.obs_shape, self.obs_dtype = (IMAGE_SIZE, IMAGE_SIZE, 3), torch.uint8
+
+    def reset(self, seed: int | None = None) -> tuple[Tensor, dict[str, Any]]:
+        obs, info = super().reset(seed)
+        return self._image(obs), info
+
+    def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = super().step(actions)
+        return (
+            self._image(obs),
+            reward,
+            terminated,
+            truncated,
+            {"final_observation": self._image(info["final_observation"])},
+        )
+
+    @staticmethod
+    def _image(obs: Tensor) -> Tensor:
+        """``(num_envs, 1)`` obs in {0, 1} -> uint8 ``(num_envs, 36, 36, 3)``."""
+        right_half = torch.arange(IMAGE_SIZE, device=obs.device) >= IMAGE_SIZE // 2
+        lit = right_half == obs.bool()  # (num_envs, width): the lit columns
+        image = torch.where(lit, 255, 0).to(torch.uint8)[:, None, :, None]
+        return image.expand(-1, IMAGE_SIZE, -1, 3).contiguous()
+
+    def draw(self, obs: Tensor) -> Tensor:
+        return obs.detach().to("cpu", torch.uint8).clone()

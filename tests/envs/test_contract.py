@@ -12,12 +12,21 @@ ENV_IDS = registered_env_ids()
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 NUM_ENVS = 8
 # Envs whose observations are random; the others are deterministic whatever the seed.
-RANDOM_ENV_IDS = {"CartPole-v1", "CartPole-gpu", "Probe2-v0", "Probe5-v0"}
+RANDOM_ENV_IDS = {"CartPole-v1", "CartPole-gpu", "Probe2-v0", "Probe5-v0", "ContinuousProbe2-v0", "ImageProbe5-v0"}
+DISCRETE_ENV_IDS = [env_id for env_id in ENV_IDS if make_envs(env_id, 1).action_kind == "discrete"]
+BOX_ENV_IDS = [env_id for env_id in ENV_IDS if make_envs(env_id, 1).action_kind == "box"]
 
 
 def _random_actions(env: VectorEnv, generator: torch.Generator) -> torch.Tensor:
-    actions = torch.randint(0, env.num_actions, (env.num_envs,), generator=generator)
+    if env.action_kind == "discrete":
+        actions = torch.randint(0, env.num_actions, (env.num_envs,), generator=generator)
+    else:  # beyond the bounds too: the env clips
+        actions = torch.randn((env.num_envs, *env.action_shape), generator=generator) * 2
     return actions.to(env.device)
+
+
+def _zero_actions(env: VectorEnv) -> torch.Tensor:
+    return torch.zeros((env.num_envs, *env.action_shape), dtype=env.action_dtype, device=env.device)
 
 
 def _rollout(env: VectorEnv, num_steps: int, action_seed: int = 0, reset_seed: int | None = None):
@@ -47,22 +56,22 @@ def test_reset_and_step_shapes_dtypes_devices(env_id, device):
 
     obs, info = env.reset()
     assert info == {}
-    assert obs.shape == (NUM_ENVS, *obs_shape) and obs.dtype == torch.float32
+    assert obs.shape == (NUM_ENVS, *obs_shape) and obs.dtype == env.obs_dtype
+    assert env.obs_dtype in (torch.float32, torch.uint8)
     assert obs.device.type == torch.device(device).type
 
-    actions = torch.zeros(NUM_ENVS, dtype=torch.int64, device=device)
-    obs, reward, terminated, truncated, info = env.step(actions)
-    assert obs.shape == (NUM_ENVS, *obs_shape) and obs.dtype == torch.float32
+    obs, reward, terminated, truncated, info = env.step(_zero_actions(env))
+    assert obs.shape == (NUM_ENVS, *obs_shape) and obs.dtype == env.obs_dtype
     assert reward.shape == (NUM_ENVS,) and reward.dtype == torch.float32
     assert terminated.shape == (NUM_ENVS,) and terminated.dtype == torch.bool
     assert truncated.shape == (NUM_ENVS,) and truncated.dtype == torch.bool
     final_obs = info["final_observation"]
-    assert final_obs.shape == (NUM_ENVS, *obs_shape) and final_obs.dtype == torch.float32
+    assert final_obs.shape == (NUM_ENVS, *obs_shape) and final_obs.dtype == env.obs_dtype
     for tensor in (obs, reward, terminated, truncated, final_obs):
         assert tensor.device.type == torch.device(device).type
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("env_id", DISCRETE_ENV_IDS)
 def test_every_integer_action_dtype_is_accepted(env_id):
     env = make_envs(env_id, NUM_ENVS, seed=0)
     env.reset()
@@ -71,11 +80,11 @@ def test_every_integer_action_dtype_is_accepted(env_id):
         assert reward.shape == (NUM_ENVS,)
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("env_id", DISCRETE_ENV_IDS)
 def test_gymnasium_spaces(env_id):
     env = make_envs(env_id, NUM_ENVS, seed=0)
     assert isinstance(env.single_observation_space, gym.spaces.Box)
-    assert env.single_observation_space.dtype == np.float32
+    assert env.single_observation_space.dtype in (np.float32, np.uint8)
     assert isinstance(env.single_action_space, gym.spaces.Discrete)
     assert env.num_actions == env.single_action_space.n >= 1
     assert env.observation_space.shape == (NUM_ENVS, *env.single_observation_space.shape)
@@ -86,6 +95,23 @@ def test_gymnasium_spaces(env_id):
     assert env.observation_space.contains(obs.numpy())
     for row in obs.numpy():
         assert env.single_observation_space.contains(row)
+
+
+@pytest.mark.parametrize("env_id", BOX_ENV_IDS)
+def test_box_action_spaces(env_id):
+    env = make_envs(env_id, NUM_ENVS, seed=0)
+    assert isinstance(env.single_action_space, gym.spaces.Box)
+    assert env.num_actions is None and env.action_dtype == torch.float32
+    assert env.action_shape == env.single_action_space.shape and len(env.action_shape) >= 1
+    assert env.action_space.shape == (NUM_ENVS, *env.action_shape)
+
+
+def test_box_actions_are_clipped_to_the_bounds():
+    env = make_envs("ContinuousProbe1-v0", 3, seed=0)
+    env.reset()
+    # Reward -(a - 0.5)^2 with a clipped to [-1, 1]: 5 acts as 1, -7 as -1.
+    _, reward, *_ = env.step(torch.tensor([[5.0], [-7.0], [0.5]]))
+    assert reward.tolist() == pytest.approx([-0.25, -2.25, 0.0])
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -148,10 +174,10 @@ def test_returned_obs_is_not_mutated_by_later_steps(env_id):
     env = make_envs(env_id, NUM_ENVS, seed=0)
     obs, _ = env.reset()
     kept = obs.clone()
-    _, _, _, _, info = env.step(torch.zeros(NUM_ENVS, dtype=torch.int64))
+    _, _, _, _, info = env.step(_zero_actions(env))
     kept_final = info["final_observation"].clone()
     for _ in range(5):
-        env.step(torch.zeros(NUM_ENVS, dtype=torch.int64))
+        env.step(_zero_actions(env))
     assert torch.equal(obs, kept)
     assert torch.equal(info["final_observation"], kept_final)
 
@@ -185,7 +211,7 @@ def test_cartpole_draw_moves_with_the_cart():
     assert cart_column(left) < width / 2 < cart_column(right)
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("env_id", DISCRETE_ENV_IDS)
 @pytest.mark.parametrize(
     ("actions", "error", "message"),
     [
@@ -209,6 +235,38 @@ def test_bad_actions_raise_helpful_errors(env_id, actions, error, message):
         env.step(actions(NUM_ENVS, env.num_actions))
 
 
+@pytest.mark.parametrize("env_id", BOX_ENV_IDS)
+@pytest.mark.parametrize(
+    ("actions", "error", "message"),
+    [
+        (lambda n, d: [[0.0] * d] * n, TypeError, "torch.Tensor"),
+        (lambda n, d: torch.zeros(n), ValueError, "shape"),
+        (lambda n, d: torch.zeros(n, d + 1), ValueError, "shape"),
+        (lambda n, d: torch.zeros(n, d, dtype=torch.int64), TypeError, "floating dtype"),
+        (lambda n, d: torch.full((n, d), float("nan")), ValueError, "finite"),
+        (lambda n, d: torch.full((n, d), float("inf")), ValueError, "finite"),
+        (lambda n, d: torch.zeros(n, d, device="meta"), ValueError, "must be on"),
+    ],
+    ids=["list", "1d", "too-wide", "int", "nan", "inf", "device"],
+)
+def test_bad_box_actions_raise_helpful_errors(env_id, actions, error, message):
+    env = make_envs(env_id, NUM_ENVS, seed=0)
+    env.reset()
+    with pytest.raises(error, match=message):
+        env.step(actions(NUM_ENVS, env.action_shape[0]))
+
+
+def test_action_values_are_checked_once_off_the_cpu_unless_asked():
+    env = CartPole(3, seed=0)
+    env.check_action_values = False  # what an env on a GPU does after its first step
+    with pytest.raises(ValueError, match=r"in \[0, 2\)"):
+        env.step(torch.tensor([0, 5, 1]))  # the first step is always checked
+    env.step(torch.tensor([0, 1, 1]))
+    env.check_action_values = True
+    with pytest.raises(ValueError, match=r"in \[0, 2\)"):
+        env.step(torch.tensor([0, 5, 1]))
+
+
 def test_bad_action_message_names_the_allowed_range_and_the_values():
     env = CartPole(3, seed=0)
     with pytest.raises(ValueError, match=r"\[0, 2\).*\[0, 5\]"):
@@ -224,6 +282,9 @@ def test_bad_num_envs_raises(num_envs):
 def test_bad_seed_raises():
     with pytest.raises(TypeError, match="seed"):
         CartPole(2, seed=1.5)
+    for seed in (-1, 2**63):
+        with pytest.raises(ValueError, match="seed"):
+            CartPole(2, seed=seed)
 
 
 def test_make_envs_unknown_id_lists_the_registered_ids():

@@ -105,3 +105,40 @@ def test_probe_draw_maps_obs_to_grey_levels():
     env = Probe2(2, seed=0)
     frames = env.draw(torch.tensor([[-1.0], [1.0]]))
     assert frames[0].unique().tolist() == [0] and frames[1].unique().tolist() == [255]
+
+
+def test_continuous_probe1_rewards_the_distance_to_one_half():
+    env = make_envs("ContinuousProbe1-v0", 3, seed=0)
+    obs, _ = env.reset()
+    assert torch.equal(obs, torch.zeros(3, 1))
+    obs, reward, terminated, truncated, _ = env.step(torch.tensor([[0.5], [0.0], [-0.5]]))
+    assert reward.tolist() == pytest.approx([0.0, -0.25, -1.0])
+    assert terminated.all() and not truncated.any()
+
+
+def test_continuous_probe2_target_depends_on_the_observation():
+    env = make_envs("ContinuousProbe2-v0", 64, seed=0)
+    obs, _ = env.reset()
+    assert set(obs.flatten().tolist()) == {-1.0, 1.0}
+    target = obs * torch.tensor([0.5, -0.5])
+    _, reward, *_ = env.step(target)
+    assert torch.equal(reward, torch.zeros(64))
+    obs, _ = env.reset()
+    _, reward, *_ = env.step(torch.zeros(64, 2))
+    assert reward.tolist() == pytest.approx([-0.5] * 64)  # 0.25 + 0.25 whatever the sign
+
+
+def test_image_probe5_lights_the_half_that_encodes_the_observation():
+    env = make_envs("ImageProbe5-v0", 64, seed=0)
+    images, _ = env.reset()
+    assert images.shape == (64, 36, 36, 3) and images.dtype == torch.uint8
+    right_lit = images[:, :, 18:].float().mean(dim=(1, 2, 3)) == 255
+    left_lit = images[:, :, :18].float().mean(dim=(1, 2, 3)) == 255
+    assert torch.equal(right_lit, ~left_lit) and 0 < right_lit.sum() < 64
+    # Probe5's rule on the hidden obs (right half lit <=> obs 1): +1 for the matching action.
+    _, reward, terminated, _, info = env.step(right_lit.long())
+    assert torch.equal(reward, torch.ones(64)) and terminated.all()
+    assert info["final_observation"].dtype == torch.uint8
+    _, reward, *_ = env.step(torch.zeros(64, dtype=torch.int64))
+    assert set(reward.tolist()) == {-1.0, 1.0}
+    assert torch.equal(env.draw(images[0]), images[0])

@@ -12,7 +12,7 @@ def _play(env, steps: int, seed: int) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(steps):
-        actions = torch.randint(0, env.num_actions, (env.num_envs,), generator=generator)
+        actions = env.random_actions(generator)
         obs, reward, terminated, truncated, info = env.step(actions)
         out += [obs, reward, terminated, truncated, info["final_observation"]]
     return out
