@@ -38,9 +38,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import Tensor
-
 from gymnasium.vector.utils import batch_space
+from torch import Tensor
 
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.render import draw_probe
