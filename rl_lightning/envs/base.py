@@ -79,6 +79,10 @@ class VectorEnv:
     single_action_space: gym.spaces.Discrete | gym.spaces.Box
     #: Frames per second for videos of this env.
     render_fps: int = 50
+    #: Whether :meth:`draw` can render any observation (else only :meth:`render` the current state).
+    can_draw: bool = True
+    #: Whether :meth:`render` gives the current frame of every env.
+    can_render: bool = False
     #: Attributes holding the env's dynamic state, saved by :meth:`state_dict`.
     _state_attributes: tuple[str, ...] = ()
 
@@ -179,6 +183,11 @@ class VectorEnv:
             uint8 ``(*batch, height, width, 3)`` on the CPU.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot draw its observations")
+
+    def render(self) -> Tensor:
+        """The current frame of every env, uint8 ``(num_envs, height, width, 3)`` on the CPU
+        (for envs that cannot :meth:`draw` an arbitrary observation, e.g. gymnasium's)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot render its current state")
 
     def close(self) -> None:
         """Release resources (nothing to release for tensor envs; kept for gymnasium parity)."""
