@@ -1,7 +1,6 @@
 """rl_lightning: reinforcement learning written as ordinary PyTorch Lightning."""
 
-from rl_lightning.algos.dqn import DQNModule
-from rl_lightning.algos.vpg import VPGModule
+from rl_lightning.algos import DQNModule, RLModule, VPGModule
 from rl_lightning.envs import CartPole, VectorEnv, make_envs, register, registered_env_ids
 from rl_lightning.nets import PolicyNetwork, QNetwork
 
@@ -12,6 +11,7 @@ __all__ = [
     "DQNModule",
     "PolicyNetwork",
     "QNetwork",
+    "RLModule",
     "VPGModule",
     "VectorEnv",
     "make_envs",

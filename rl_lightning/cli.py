@@ -19,12 +19,11 @@ import torch
 from jsonargparse.typing import PositiveInt
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
-from rl_lightning.algos.checkpointing import resolve_ckpt_path
-from rl_lightning.algos.dqn import DQNModule
-from rl_lightning.algos.vpg import VPGModule
+from rl_lightning.algos import ALGORITHMS
+from rl_lightning.checkpoints import resolve_ckpt_path
 
 # The modules ``--model`` accepts, by short name (``--model DQNModule``) or class path.
-MODEL_CLASSES = (VPGModule, DQNModule)
+MODEL_CLASSES = ALGORITHMS
 
 # RL on small MLPs: the envs are torch tensors on the module's device, and on CPU one process
 # with few threads is fastest. One optimizer step is one rollout or one replay batch, so log each.

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rl_lightning.nets import PolicyNetwork
+
 
 def compute_returns(rewards: Tensor, dones: Tensor, gamma: float) -> Tensor:
     """Discounted returns G_t = r_t + gamma * G_{t+1}, restarting at every episode boundary.
@@ -54,12 +56,15 @@ def compute_logprobs(obs: Tensor, actions: Tensor, policy: nn.Module) -> Tensor:
 
     Args:
         obs: ``(num_envs, num_steps, *obs_shape)``.
-        actions: int ``(num_envs, num_steps)``.
-        policy: maps obs to logits ``(..., num_actions)``.
+        actions: ``(num_envs, num_steps, *action_shape)`` (int for Discrete actions).
+        policy: a :class:`~rl_lightning.nets.PolicyNetwork` (any action space), or a module mapping
+            obs to the logits ``(..., num_actions)`` of a categorical policy.
 
     Returns:
         ``(num_envs, num_steps)``, differentiable w.r.t. the policy's parameters.
     """
+    if isinstance(policy, PolicyNetwork):
+        return policy.log_prob(obs, actions)
     log_probs = F.log_softmax(policy(obs).float(), dim=-1)
     return log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 

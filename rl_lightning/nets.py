@@ -1,65 +1,326 @@
-"""The networks: plain MLPs from a flat observation to one output per action."""
+"""Networks: an encoder per observation kind, a policy head per action space, and the two
+networks the algorithms are built from (``PolicyNetwork``, ``QNetwork``).
+
+- Encoders map observations ``(*batch, *obs_shape)`` to features ``(*batch, num_features)``:
+  an MLP over the flattened observation by default, a Nature-DQN CNN for images (rank-3
+  observations, ``(H, W, C)`` or ``(C, H, W)``; uint8 pixels are scaled to [0, 1] inside the
+  network, so buffers keep uint8), or any ``nn.Module`` the user passes.
+- Heads turn features into a distribution: categorical logits for ``Discrete`` actions, a
+  diagonal Gaussian with a state-independent learned log-std for ``Box`` actions. Each head
+  samples (with a given generator), scores actions (log-probabilities), gives the entropy and
+  the greedy action (argmax / the mean). Everything is computed in float32, also under autocast.
+"""
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rl_lightning._checks import check_sizes
+from rl_lightning.envs.base import space_kind
 
-def _mlp(in_features: int, hidden_sizes: Sequence[int], out_features: int) -> nn.Sequential:
-    sizes = [in_features, *hidden_sizes, out_features]
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+# Nature-DQN's convolutions need at least 36 pixels a side; smaller images get 3x3 ones.
+_NATURE_MIN_SIZE = 36
+_IMAGE_CHANNELS = (1, 3, 4)
+
+
+def mlp(in_features: int, hidden_sizes: Sequence[int], out_features: int | None = None) -> nn.Sequential:
+    """Linear-ReLU per hidden size, then (if ``out_features``) a last Linear without activation."""
+    sizes = [in_features, *hidden_sizes]
     layers: list[nn.Module] = []
-    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
-        layers.append(nn.Linear(fan_in, fan_out))
-        if i < len(sizes) - 2:  # no activation on the output: values and logits are unbounded
-            layers.append(nn.ReLU())
+    for fan_in, fan_out in itertools.pairwise(sizes):
+        layers += [nn.Linear(fan_in, fan_out), nn.ReLU()]
+    if out_features is not None:
+        layers.append(nn.Linear(sizes[-1], out_features))
     return nn.Sequential(*layers)
 
 
-def _check_shapes(obs_shape: Sequence[int], num_actions: int, hidden_sizes: Sequence[int]) -> None:
-    if len(obs_shape) != 1:
-        raise ValueError(f"obs_shape must be one-dimensional (a flat vector), got {tuple(obs_shape)}")
-    if num_actions < 1:
-        raise ValueError(f"num_actions must be >= 1, got {num_actions}")
-    if any(int(size) < 1 for size in hidden_sizes):
-        raise ValueError(f"hidden_sizes must all be >= 1, got {list(hidden_sizes)}")
+def as_observation_space(space: gym.spaces.Box | Sequence[int]) -> gym.spaces.Box:
+    """A gymnasium ``Box``, or a shape taken as an unbounded float32 ``Box``."""
+    if isinstance(space, gym.spaces.Box):
+        return space
+    if isinstance(space, gym.Space):
+        raise ValueError(f"observation_space must be a Box, got {space!r}")
+    return gym.spaces.Box(-np.inf, np.inf, tuple(int(size) for size in space), dtype=np.float32)
+
+
+def as_action_space(space: gym.spaces.Discrete | gym.spaces.Box | int) -> gym.Space:
+    """A gymnasium ``Discrete`` or ``Box``, or an int taken as ``Discrete(n)``."""
+    if isinstance(space, bool) or not isinstance(space, (int, gym.Space)):
+        raise TypeError(f"action_space must be a gymnasium Discrete or Box space (or an int n), got {space!r}")
+    if isinstance(space, int):
+        if space < 1:
+            raise ValueError(f"the number of actions must be >= 1, got {space}")
+        return gym.spaces.Discrete(space)
+    space_kind(space)  # a ValueError for other spaces
+    return space
+
+
+def is_image_space(space: gym.spaces.Box) -> bool:
+    """A rank-3 observation with 1, 3 or 4 channels first or last."""
+    shape = space.shape
+    return len(shape) == 3 and (shape[-1] in _IMAGE_CHANNELS or shape[0] in _IMAGE_CHANNELS)
+
+
+class VectorEncoder(nn.Module):
+    """Flatten the observation, then Linear-ReLU layers of ``hidden_sizes``.
+
+    Args:
+        obs_shape: shape of one observation.
+        hidden_sizes: widths of the hidden layers (empty: the flat observation is the feature).
+    """
+
+    def __init__(self, obs_shape: Sequence[int], hidden_sizes: Sequence[int] = (120, 84)):
+        super().__init__()
+        self.obs_rank = len(obs_shape)
+        self.layers = mlp(math.prod(obs_shape), hidden_sizes)
+        self.num_features = hidden_sizes[-1] if hidden_sizes else math.prod(obs_shape)
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """``(*batch, *obs_shape)`` -> ``(*batch, num_features)``."""
+        if self.obs_rank != 1:
+            obs = obs.flatten(start_dim=obs.dim() - self.obs_rank)
+        return self.layers(obs.float())
+
+
+class ImageEncoder(nn.Module):
+    """The Nature-DQN CNN (32 8x8/4, 64 4x4/2, 64 3x3/1 convolutions, a 512-unit layer) for images
+    of at least 36 pixels a side; two 3x3 convolutions (16, 32) for smaller images.
+
+    Args:
+        obs_shape: ``(H, W, C)`` (channels last, gymnasium's layout) or ``(C, H, W)``.
+        scale: divide pixels by 255 (uint8 images).
+    """
+
+    def __init__(self, obs_shape: Sequence[int], scale: bool = True):
+        super().__init__()
+        if len(obs_shape) != 3:
+            raise ValueError(f"an image observation must be (H, W, C) or (C, H, W), got {tuple(obs_shape)}")
+        self.channels_last = obs_shape[-1] in _IMAGE_CHANNELS
+        channels, height, width = (obs_shape[2], *obs_shape[:2]) if self.channels_last else tuple(obs_shape)
+        self.scale = scale
+        if min(height, width) >= _NATURE_MIN_SIZE:
+            convs = [(32, 8, 4), (64, 4, 2), (64, 3, 1)]
+        else:
+            convs = [(16, 3, 1), (32, 3, 1)]
+        layers: list[nn.Module] = []
+        for out_channels, kernel, stride in convs:
+            layers += [nn.Conv2d(channels, out_channels, kernel, stride), nn.ReLU()]
+            channels = out_channels
+        self.convs = nn.Sequential(*layers, nn.Flatten())
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, obs_shape[2] if self.channels_last else obs_shape[0], height, width))
+        self.num_features = 512
+        self.linear = nn.Sequential(nn.Linear(flat.shape[1], self.num_features), nn.ReLU())
+        self.obs_shape = tuple(obs_shape)
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """``(*batch, *obs_shape)`` -> ``(*batch, 512)``."""
+        batch_shape = obs.shape[:-3]
+        pixels = obs.reshape(-1, *self.obs_shape).float()
+        if self.scale:
+            pixels = pixels / 255.0
+        if self.channels_last:
+            pixels = pixels.permute(0, 3, 1, 2)
+        return self.linear(self.convs(pixels)).reshape(*batch_shape, self.num_features)
+
+
+def make_encoder(
+    observation_space: gym.spaces.Box, hidden_sizes: Sequence[int] = (120, 84), network: nn.Module | None = None
+) -> tuple[nn.Module, int]:
+    """The encoder for ``observation_space`` and its number of features.
+
+    ``network`` (any ``nn.Module`` mapping ``(batch, *obs_shape)`` to ``(batch, num_features)``)
+    is used as given; otherwise images get an :class:`ImageEncoder`, anything else a
+    :class:`VectorEncoder` of ``hidden_sizes``.
+    """
+    obs_shape = tuple(observation_space.shape)
+    if network is not None:
+        if not isinstance(network, nn.Module):
+            raise TypeError(f"network must be a torch.nn.Module, got {type(network).__name__}")
+        return network, _num_features(network, observation_space)
+    hidden_sizes = check_sizes("hidden_sizes", hidden_sizes)
+    if is_image_space(observation_space):
+        encoder: nn.Module = ImageEncoder(obs_shape, scale=observation_space.dtype == np.uint8)
+    else:
+        encoder = VectorEncoder(obs_shape, hidden_sizes)
+    return encoder, encoder.num_features
+
+
+def _num_features(network: nn.Module, observation_space: gym.spaces.Box) -> int:
+    """The width of ``network``'s output, from one forward pass of a zero observation."""
+    dtype = torch.uint8 if observation_space.dtype == np.uint8 else torch.float32
+    param = next(network.parameters(), None)
+    device = param.device if param is not None else "cpu"
+    with torch.no_grad():
+        features = network(torch.zeros((2, *observation_space.shape), dtype=dtype, device=device))
+    if not isinstance(features, Tensor) or features.dim() != 2 or features.shape[0] != 2:
+        shape = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
+        raise ValueError(
+            f"network must map observations (batch, {', '.join(map(str, observation_space.shape))}) to features "
+            f"(batch, num_features); for a batch of 2 it returned {shape}"
+        )
+    return int(features.shape[1])
+
+
+class CategoricalHead(nn.Module):
+    """Logits over ``num_actions`` discrete actions."""
+
+    def __init__(self, num_features: int, num_actions: int):
+        super().__init__()
+        self.linear = nn.Linear(num_features, num_actions)
+
+    def forward(self, features: Tensor) -> Tensor:
+        """Logits ``(*batch, num_actions)``."""
+        return self.linear(features)
+
+    def sample(self, logits: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        """int64 actions ``(*batch,)`` and their log-probabilities."""
+        return sample_categorical(logits, generator)
+
+    def log_prob(self, logits: Tensor, actions: Tensor) -> Tensor:
+        log_probs = F.log_softmax(logits.float(), dim=-1)
+        return log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self, logits: Tensor) -> Tensor:
+        log_probs = F.log_softmax(logits.float(), dim=-1)
+        return -(log_probs.exp() * log_probs).sum(dim=-1)
+
+    def mode(self, logits: Tensor) -> Tensor:
+        return logits.argmax(dim=-1)
+
+
+class GaussianHead(nn.Module):
+    """A diagonal Gaussian: the mean from the features, a learned log-std per action dimension
+    that does not depend on the state (as in the common PPO implementations)."""
+
+    def __init__(self, num_features: int, action_shape: Sequence[int], log_std_init: float = 0.0):
+        super().__init__()
+        self.action_shape = tuple(action_shape)
+        self.linear = nn.Linear(num_features, math.prod(self.action_shape))
+        self.log_std = nn.Parameter(torch.full(self.action_shape, float(log_std_init)))
+
+    def forward(self, features: Tensor) -> Tensor:
+        """The mean ``(*batch, *action_shape)``."""
+        return self.linear(features).unflatten(-1, self.action_shape)
+
+    def _sum_action_dims(self, value: Tensor) -> Tensor:
+        return value.flatten(start_dim=value.dim() - len(self.action_shape)).sum(dim=-1)
+
+    def sample(self, mean: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        """float32 actions ``(*batch, *action_shape)`` (unclipped) and their log-probabilities."""
+        mean = mean.float()
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+        actions = mean + self.log_std.float().exp() * noise
+        return actions, self._sum_action_dims(-0.5 * noise.square() - self.log_std.float() - _LOG_SQRT_2PI)
+
+    def log_prob(self, mean: Tensor, actions: Tensor) -> Tensor:
+        log_std = self.log_std.float()
+        z = (actions.float() - mean.float()) * torch.exp(-log_std)
+        return self._sum_action_dims(-0.5 * z.square() - log_std - _LOG_SQRT_2PI)
+
+    def entropy(self, mean: Tensor) -> Tensor:
+        per_dim = 0.5 + _LOG_SQRT_2PI + self.log_std.float()
+        return per_dim.sum().expand(mean.shape[: mean.dim() - len(self.action_shape)])
+
+    def mode(self, mean: Tensor) -> Tensor:
+        return mean.float()
+
+
+def sample_categorical(logits: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """Sample one action per row of ``logits`` from its softmax.
+
+    Returns:
+        int64 actions ``(*batch,)`` and their log-probabilities ``(*batch,)``.
+    """
+    log_probs = F.log_softmax(logits.float(), dim=-1)
+    # Inverse-CDF sampling: one uniform per row against the cumulative probabilities. Four
+    # small kernels, cheaper than torch.multinomial for a handful of actions.
+    cdf = log_probs.exp().cumsum(dim=-1)
+    uniform = torch.rand((*cdf.shape[:-1], 1), generator=generator, device=logits.device)
+    actions = (cdf < uniform).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
+    return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
 
 class PolicyNetwork(nn.Module):
-    """MLP from observations to action logits (Linear-ReLU-...-Linear).
+    """A stochastic policy: an encoder and a head for the action space.
 
     Args:
-        obs_shape: ``(obs_dim,)``.
-        num_actions: number of discrete actions.
-        hidden_sizes: widths of the hidden layers.
+        observation_space: a ``Box`` (or an observation shape, taken as float32).
+        action_space: ``Discrete`` (or an int n) -> categorical; ``Box`` -> diagonal Gaussian.
+        hidden_sizes: widths of the default MLP encoder's hidden layers.
+        network: your own encoder (observations -> features) instead of the default.
     """
 
-    def __init__(self, obs_shape: Sequence[int], num_actions: int, hidden_sizes: Sequence[int] = (120, 84)):
+    def __init__(
+        self,
+        observation_space: gym.spaces.Box | Sequence[int],
+        action_space: gym.spaces.Discrete | gym.spaces.Box | int,
+        hidden_sizes: Sequence[int] = (120, 84),
+        network: nn.Module | None = None,
+    ):
         super().__init__()
-        _check_shapes(obs_shape, num_actions, hidden_sizes)
-        self.layers = _mlp(obs_shape[0], hidden_sizes, num_actions)
+        observation_space, action_space = as_observation_space(observation_space), as_action_space(action_space)
+        self.encoder, num_features = make_encoder(observation_space, hidden_sizes, network)
+        if space_kind(action_space) == "discrete":
+            self.head: CategoricalHead | GaussianHead = CategoricalHead(num_features, int(action_space.n))
+        else:
+            self.head = GaussianHead(num_features, action_space.shape)
 
     def forward(self, obs: Tensor) -> Tensor:
-        """``(*batch, obs_dim)`` -> logits ``(*batch, num_actions)``."""
-        return self.layers(obs)
+        """The distribution's parameters: logits (Discrete) or the mean (Box)."""
+        return self.head(self.encoder(obs))
+
+    def sample(self, obs: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        """Sampled actions for ``obs`` and their log-probabilities."""
+        return self.head.sample(self(obs), generator)
+
+    def log_prob(self, obs: Tensor, actions: Tensor) -> Tensor:
+        """log pi(actions | obs), differentiable w.r.t. the parameters."""
+        return self.head.log_prob(self(obs), actions)
+
+    def entropy(self, obs: Tensor) -> Tensor:
+        return self.head.entropy(self(obs))
+
+    def act(self, obs: Tensor, greedy: bool = False, generator: torch.Generator | None = None) -> Tensor:
+        """The most likely action (argmax / mean) if ``greedy``, else a sampled one."""
+        params = self(obs)
+        return self.head.mode(params) if greedy else self.head.sample(params, generator)[0]
 
 
 class QNetwork(nn.Module):
-    """MLP from observations to one Q-value per action (10,934 parameters for CartPole).
+    """One Q-value per discrete action: an encoder and a Linear layer (10,934 parameters for
+    CartPole with the default (120, 84) MLP).
 
     Args:
-        obs_shape: ``(obs_dim,)``.
-        num_actions: number of discrete actions.
-        hidden_sizes: widths of the hidden layers.
+        observation_space: a ``Box`` (or an observation shape, taken as float32).
+        action_space: a ``Discrete`` space or its number of actions.
+        hidden_sizes: widths of the default MLP encoder's hidden layers.
+        network: your own encoder (observations -> features) instead of the default.
     """
 
-    def __init__(self, obs_shape: Sequence[int], num_actions: int, hidden_sizes: Sequence[int] = (120, 84)):
+    def __init__(
+        self,
+        observation_space: gym.spaces.Box | Sequence[int],
+        action_space: gym.spaces.Discrete | int,
+        hidden_sizes: Sequence[int] = (120, 84),
+        network: nn.Module | None = None,
+    ):
         super().__init__()
-        _check_shapes(obs_shape, num_actions, hidden_sizes)
-        self.layers = _mlp(obs_shape[0], hidden_sizes, num_actions)
+        observation_space, action_space = as_observation_space(observation_space), as_action_space(action_space)
+        if space_kind(action_space) != "discrete":
+            raise ValueError(f"a QNetwork needs a Discrete action space, got {action_space!r}")
+        self.encoder, num_features = make_encoder(observation_space, hidden_sizes, network)
+        self.head = nn.Linear(num_features, int(action_space.n))
 
     def forward(self, obs: Tensor) -> Tensor:
-        """``(*batch, obs_dim)`` -> Q-values ``(*batch, num_actions)``."""
-        return self.layers(obs)
+        """``(*batch, *obs_shape)`` -> Q-values ``(*batch, num_actions)``."""
+        return self.head(self.encoder(obs))

@@ -53,6 +53,8 @@ def add_module_args(parser: argparse.ArgumentParser, module_cls: type[L.Lightnin
             kwargs["type"] = _parse_bool
         elif base in (int, float, str):
             kwargs["type"] = _optional(base) if optional else base
+        else:  # e.g. a network: set it in Python or through the rl-lightning CLI's class_path
+            continue
         group.add_argument(f"--{name}", **kwargs)
 
 
@@ -77,12 +79,12 @@ def add_trainer_args(parser: argparse.ArgumentParser, max_steps: int) -> None:
 def module_kwargs(args: argparse.Namespace, module_cls: type[L.LightningModule]) -> dict[str, Any]:
     """The parsed values of ``module_cls``'s hyper-parameters."""
     names = [name for name in inspect.signature(module_cls.__init__).parameters if name != "self"]
-    return {name: getattr(args, name) for name in names}
+    return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
 
 def fit_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The arguments of ``trainer.fit`` besides the module: the checkpoint to resume from."""
-    from rl_lightning.algos.checkpointing import resolve_ckpt_path
+    from rl_lightning.checkpoints import resolve_ckpt_path
 
     return {"ckpt_path": resolve_ckpt_path(args.ckpt_path, args.default_root_dir)}
 

@@ -180,7 +180,7 @@ def test_num_threads_sets_torch_threads(tmp_path):
     [
         (VPG_CONFIG, "--model.init_args.num_envs=0", "error: num_envs must be >= 1, got 0\n"),
         (VPG_CONFIG, "--model.init_args.env_id=Nope-v0", "error: unknown env_id 'Nope-v0'"),
-        (DQN_CONFIG, "--model.init_args.loss=l1", "error: loss must be 'mse' or 'huber', got 'l1'\n"),
+        (DQN_CONFIG, "--model.init_args.loss=l1", "error: loss must be one of 'mse', 'huber'; got 'l1'\n"),
     ],
 )
 def test_a_value_the_module_rejects_exits_2_with_its_message(config_path, override, message, tmp_path, capsys):

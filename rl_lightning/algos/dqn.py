@@ -16,28 +16,25 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
 import torch
-from torch import Tensor
-from torch.utils.data import DataLoader
+from torch import Tensor, nn
 
-from rl_lightning._checks import check_float, check_int
-from rl_lightning.algos.checkpointing import check_checkpoint_fits, gather_source_states, restore_source_state
+from rl_lightning._checks import check_bool, check_choice, check_float, check_int, check_sizes
+from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.epsilon import EpsilonDecay
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
 from rl_lightning.data.replay import ReplayBuffer, ReplayBufferSamples, ReplaySource, epsilon_greedy
-from rl_lightning.envs import make_envs
+from rl_lightning.envs.base import VectorEnv
 from rl_lightning.losses import compute_td_loss, compute_td_target
 from rl_lightning.nets import QNetwork
+from rl_lightning.seeding import derive_seed, seeded
 
-_CHECKPOINT_KEY = "rl_lightning.dqn"
 
-
-class DQNModule(L.LightningModule):
+class DQNModule(RLModule):
     """DQN (optionally double DQN) on a torch vector env.
 
     The defaults solve CartPole-v1 (greedy mean return >= 475 over 32 episodes) for 10 of 10
@@ -50,7 +47,8 @@ class DQNModule(L.LightningModule):
     this lr, with Q-values growing ~2x faster than under MSE early on: keep ``loss="mse"``.
 
     Args:
-        env_id: a registered env id (``rl_lightning.envs.registered_env_ids()``).
+        env_id: a registered env id (``rl_lightning.envs.registered_env_ids()``) with a ``Discrete``
+            action space.
         num_envs: envs stepped in lock-step per process.
         buffer_size: replay capacity in transitions (per process).
         batch_size: transitions per TD update.
@@ -74,7 +72,12 @@ class DQNModule(L.LightningModule):
         checkpoint_buffer: save the replay buffer in checkpoints (``buffer_size`` x 45 bytes for
             CartPole, per process). Without it a resumed run refills the buffer from scratch
             (``learning_starts`` is not replayed), so it no longer matches an uninterrupted run.
+        network: your own encoder (observations -> features; a Linear layer to the Q-values is
+            added); None: an MLP of ``hidden_sizes`` (a CNN for image observations). Not saved in
+            checkpoints' hyper-parameters: pass it again to ``load_from_checkpoint``.
     """
+
+    action_kinds = ("discrete",)
 
     def __init__(
         self,
@@ -98,107 +101,71 @@ class DQNModule(L.LightningModule):
         seed: int = 0,
         hidden_sizes: Sequence[int] = (120, 84),
         checkpoint_buffer: bool = True,
+        network: nn.Module | None = None,
     ):
-        super().__init__()
-        if not isinstance(env_id, str):
-            raise TypeError(f"env_id must be a str, got {type(env_id).__name__}")
-        check_int("num_envs", num_envs, 1)
+        super().__init__(env_id, num_envs, seed)
         check_int("buffer_size", buffer_size, num_envs)
         check_int("batch_size", batch_size, 1)
         check_int("learning_starts", learning_starts, 0)
         check_int("steps_per_train", steps_per_train, 1)
         check_int("steps_per_epoch", steps_per_epoch, 1)
         check_float("gamma", gamma, 0.0, 1.0)
-        check_float("lr", lr, 0.0, float("inf"), low_open=True)
+        check_float("lr", lr, 0.0, low_open=True)
         if max_grad_norm is not None:
-            check_float("max_grad_norm", max_grad_norm, 0.0, float("inf"), low_open=True)
+            check_float("max_grad_norm", max_grad_norm, 0.0, low_open=True)
         if target_update_env_steps is not None:
             check_int("target_update_env_steps", target_update_env_steps, 1)
         check_float("tau", tau, 0.0, 1.0, low_open=True)
         check_float("epsilon_start", epsilon_start, 0.0, 1.0)
         check_float("epsilon_end", epsilon_end, 0.0, 1.0)
         check_float("exploration_fraction", exploration_fraction, 0.0, 1.0)
-        if not isinstance(checkpoint_buffer, bool):
-            raise TypeError(f"checkpoint_buffer must be a bool, got {type(checkpoint_buffer).__name__}")
-        if not isinstance(double_dqn, bool):
-            raise TypeError(f"double_dqn must be a bool, got {type(double_dqn).__name__}")
-        if loss not in ("mse", "huber"):
-            raise ValueError(f"loss must be 'mse' or 'huber', got {loss!r}")
-        check_int("seed", seed, 0)
-        if isinstance(hidden_sizes, (str, bytes)) or not all(
-            isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in hidden_sizes
-        ):
-            raise ValueError(f"hidden_sizes must be a sequence of positive ints, got {hidden_sizes!r}")
-        hidden_sizes = tuple(hidden_sizes)
-        self.save_hyperparameters()
-
-        # A throwaway env (1 copy) gives the spaces; also validates env_id early.
-        probe_env = make_envs(env_id, num_envs=1, seed=seed)
-        self.obs_shape, self.num_actions = probe_env.obs_shape, probe_env.num_actions
-        # Same init on every rank, without touching the global RNG.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            self.q_network = QNetwork(self.obs_shape, self.num_actions, hidden_sizes)
+        check_bool("double_dqn", double_dqn)
+        check_choice("loss", loss, ("mse", "huber"))
+        check_bool("checkpoint_buffer", checkpoint_buffer)
+        hidden_sizes = check_sizes("hidden_sizes", hidden_sizes)
+        self.save_hyperparameters(ignore=["network"])
+        with seeded(seed):  # the same initial weights on every rank
+            self.q_network = QNetwork(self.observation_space, self.action_space, hidden_sizes, network)
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
-
-        self.source: ReplaySource | None = None  # built in train_dataloader, on the module's device
         self._epsilon = float(epsilon_start)
-        self._env_steps = 0  # until the source exists (or from a checkpoint)
-        self._restored_sources: list[dict[str, Any] | None] | None = None  # from a checkpoint
-        self._last_log: tuple[float, int] | None = None  # (time, env_steps) for SPS
 
     # -- acting ---------------------------------------------------------------------------
 
     @property
-    def env_steps(self) -> int:
-        """Environment steps taken so far, over all processes."""
-        return self.source.env_steps if self.source is not None else self._env_steps
-
-    @property
-    def env_steps_per_training_step(self) -> int:
-        world_size = self.trainer.world_size if self._trainer is not None else 1
-        return self.hparams.num_envs * self.hparams.steps_per_train * world_size
-
-    def planned_env_steps(self, optimizer_steps: int) -> int:
-        """Env steps (all processes) of a run of ``optimizer_steps`` updates: the random warm-up of
-        ``learning_starts`` (rounded up to whole vectorised steps) plus the steps between updates."""
-        per_vector_step = self.hparams.num_envs * (self.trainer.world_size if self._trainer is not None else 1)
-        warmup = math.ceil(self.hparams.learning_starts / per_vector_step) * per_vector_step
-        return warmup + optimizer_steps * self.env_steps_per_training_step
-
-    @property
     def epsilon(self) -> float:
-        """Current exploration rate (set by :class:`EpsilonDecay`)."""
+        """Current exploration rate (``EpsilonDecay`` sets it; the source acts with it)."""
         return self._epsilon
 
     @epsilon.setter
     def epsilon(self, value: float) -> None:
-        self._epsilon = float(value)
+        self._epsilon = check_float("epsilon", value, 0.0, 1.0)
         if self.source is not None:
             self.source.epsilon = self._epsilon
 
-    @torch.no_grad()
-    def act(self, obs: Tensor, greedy: bool) -> Tensor:
-        """Actions for ``obs`` ``(batch, *obs_shape)`` or one ``obs_shape`` observation (a tensor or
-        an array, e.g. from a gymnasium env): argmax Q if ``greedy``, else epsilon-greedy with the
-        current ``epsilon`` (torch's global RNG)."""
-        obs = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-        q_values = self.q_network(obs.reshape(-1, *self.obs_shape))
-        actions = epsilon_greedy(q_values, 0.0 if greedy else self._epsilon)
-        return actions.reshape(obs.shape[: obs.dim() - len(self.obs_shape)])
+    def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
+        """argmax Q if ``greedy``, else epsilon-greedy with the current ``epsilon``."""
+        return epsilon_greedy(self.q_network(obs), 0.0 if greedy else self._epsilon)
 
     def forward(self, obs: Tensor) -> Tensor:
         """Q-values ``(batch, num_actions)``."""
         return self.q_network(obs)
 
+    def target_network_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.target_network, self.q_network)]
+
     # -- data -----------------------------------------------------------------------------
 
-    def train_dataloader(self) -> DataLoader:
+    def make_source(self, envs: VectorEnv, seed: int, world_size: int, env_steps: int) -> ReplaySource:
         hp = self.hparams
-        rank, world_size = self.global_rank, self.trainer.world_size
-        envs = make_envs(hp.env_id, hp.num_envs, seed=hp.seed + rank, device=self.device)
-        buffer = ReplayBuffer(hp.buffer_size, envs.obs_shape, hp.num_envs, seed=hp.seed + rank, device=self.device)
-        self.source = ReplaySource(
+        buffer = ReplayBuffer(
+            hp.buffer_size,
+            envs.obs_shape,
+            hp.num_envs,
+            seed=derive_seed(hp.seed, "replay", self.global_rank),
+            device=envs.device,
+            obs_dtype=envs.obs_dtype,
+        )
+        return ReplaySource(
             envs,
             buffer,
             self.q_network,
@@ -206,14 +173,21 @@ class DQNModule(L.LightningModule):
             learning_starts=hp.learning_starts,
             steps_per_train=hp.steps_per_train,
             num_batches=hp.steps_per_epoch,
-            seed=hp.seed + rank,
+            seed=seed,
             epsilon=self._epsilon,
             world_size=world_size,
-            env_steps=self._env_steps,
+            env_steps=env_steps,
+            checkpoint_buffer=hp.checkpoint_buffer,
         )
-        restore_source_state(self.source, self._restored_sources, rank, world_size)
-        self._restored_sources = None
-        return DataLoader(self.source, batch_size=None, num_workers=0)
+
+    @property
+    def env_steps_per_training_step(self) -> int:
+        return self.hparams.num_envs * self.hparams.steps_per_train * self.world_size
+
+    def warmup_env_steps(self) -> int:
+        """``learning_starts`` rounded up to whole vectorised steps of every process."""
+        per_vector_step = self.hparams.num_envs * self.world_size
+        return math.ceil(self.hparams.learning_starts / per_vector_step) * per_vector_step
 
     # -- learning -------------------------------------------------------------------------
 
@@ -230,7 +204,14 @@ class DQNModule(L.LightningModule):
             td_targets = compute_td_target(batch.rewards, batch.terminated, next_q_values, self.hparams.gamma)
         loss = compute_td_loss(q_values, td_targets, self.hparams.loss)
         if self._should_log():
-            self._log_metrics(loss, q_values)
+            self.log_rl(
+                {
+                    "losses/td_loss": loss.detach(),
+                    "losses/q_values": q_values.detach().mean(),
+                    "charts/epsilon": self._epsilon,
+                }
+            )
+            self.log_charts()
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -263,45 +244,10 @@ class DQNModule(L.LightningModule):
             EpsilonDecay(start=hp.epsilon_start, end=hp.epsilon_end, fraction=hp.exploration_fraction),
         ]
 
-    # -- logging --------------------------------------------------------------------------
-
-    def _should_log(self) -> bool:
-        # Lightning writes step metrics when (optimizer steps so far + 1) % log_every_n_steps == 0;
-        # calling self.log only then saves ~0.1 ms per step, which is ~10% of a CartPole step.
-        if self._trainer is None:  # training_step called by hand (tests)
-            return False
-        every = self.trainer.log_every_n_steps
-        return every > 0 and (self.global_step + 1) % every == 0
-
-    def _log_metrics(self, loss: Tensor, q_values: Tensor) -> None:
-        now, env_steps = time.perf_counter(), self.env_steps
-        self.log("losses/td_loss", loss.detach())
-        self.log("losses/q_values", q_values.detach().mean())
-        self.log("charts/epsilon", self._epsilon, prog_bar=True)
-        self.log("charts/env_steps", float(env_steps), prog_bar=True)
-        if self._last_log is not None and now > self._last_log[0]:
-            self.log("charts/SPS", (env_steps - self._last_log[1]) / (now - self._last_log[0]))
-        self._last_log = (now, env_steps)
-        stats = self.source.pop_episode_stats() if self.source is not None else torch.zeros(3)
-        if self.trainer.world_size > 1:
-            stats = self.trainer.strategy.reduce(stats, reduce_op="sum")
-        count = stats[2].item()
-        if count > 0:
-            self.log("charts/episodic_return", (stats[0] / count).item(), prog_bar=True)
-            self.log("charts/episode_length", (stats[1] / count).item())
-
     # -- checkpoints ----------------------------------------------------------------------
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Every rank's envs, RNGs, counters and (unless checkpoint_buffer=False) replay buffer.
-        state = None if self.source is None else self.source.state_dict(self.hparams.checkpoint_buffer)
-        states = gather_source_states(self, state) if self.source is not None else None
-        checkpoint[_CHECKPOINT_KEY] = {"env_steps": self.env_steps, "epsilon": self._epsilon, "sources": states}
+    def extra_checkpoint_state(self) -> dict[str, Any]:
+        return {"epsilon": self._epsilon}
 
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        check_checkpoint_fits(self, checkpoint)
-        state = checkpoint.get(_CHECKPOINT_KEY)
-        if state is not None:
-            self._env_steps = state["env_steps"]
-            self._epsilon = state["epsilon"]
-            self._restored_sources = state.get("sources")
+    def load_extra_checkpoint_state(self, state: dict[str, Any]) -> None:
+        self._epsilon = float(state.get("epsilon", self._epsilon))

@@ -6,12 +6,15 @@ from typing import Any
 
 import lightning as L
 
+from rl_lightning._checks import check_float, check_int
 from rl_lightning.callbacks.schedule import linear_schedule, planned_env_steps
+from rl_lightning.protocols import EpsilonGreedyProtocol, require
 
 
 class EpsilonDecay(L.Callback):
-    """Sets ``pl_module.epsilon`` from ``pl_module.env_steps``: linear from ``start`` to ``end``
-    over the first ``fraction`` of the run's env steps, then ``end``.
+    """Sets ``pl_module.epsilon`` (:class:`~rl_lightning.protocols.EpsilonGreedyProtocol`) from
+    ``pl_module.env_steps``: linear from ``start`` to ``end`` over the first ``fraction`` of the
+    run's env steps, then ``end``.
 
     The value is set at the start of training and after every training step, i.e. before the
     env steps of the next one.
@@ -27,33 +30,25 @@ class EpsilonDecay(L.Callback):
     def __init__(
         self, start: float = 1.0, end: float = 0.05, fraction: float = 0.5, total_env_steps: int | None = None
     ):
-        for name, value in (("start", start), ("end", end), ("fraction", fraction)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be a float in [0, 1], got {value!r}")
-        if total_env_steps is not None and (
-            isinstance(total_env_steps, bool) or not isinstance(total_env_steps, int) or total_env_steps < 1
-        ):
-            raise ValueError(f"total_env_steps must be a positive int or None, got {total_env_steps!r}")
-        self.start = float(start)
-        self.end = float(end)
-        self.fraction = float(fraction)
-        self.total_env_steps = total_env_steps
+        self.start = check_float("start", start, 0.0, 1.0)
+        self.end = check_float("end", end, 0.0, 1.0)
+        self.fraction = check_float("fraction", fraction, 0.0, 1.0)
+        self.total_env_steps = None if total_env_steps is None else check_int("total_env_steps", total_env_steps, 1)
 
-    def value(self, env_steps: int, total_env_steps: int | None = None) -> float:
+    def value(self, env_steps: int, total_env_steps: int | float | None = None) -> float:
         """Epsilon after ``env_steps`` env steps of a run of ``total_env_steps``."""
         total = self.total_env_steps if total_env_steps is None else total_env_steps
         if total is None:
             raise ValueError("total_env_steps is unknown: pass it here or to EpsilonDecay(total_env_steps=...)")
         return linear_schedule(self.start, self.end, self.fraction, env_steps / total)
 
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        require(pl_module, EpsilonGreedyProtocol, "EpsilonDecay")
         if self.total_env_steps is None:
             self._run_env_steps = planned_env_steps(trainer, pl_module, "EpsilonDecay")
         else:
             self._run_env_steps = self.total_env_steps
         pl_module.epsilon = self.value(pl_module.env_steps, self._run_env_steps)
 
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         pl_module.epsilon = self.value(pl_module.env_steps, self._run_env_steps)

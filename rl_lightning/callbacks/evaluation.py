@@ -10,7 +10,10 @@ import torch
 from torch import Tensor
 from torchmetrics import MeanMetric
 
+from rl_lightning._checks import check_int, check_seed
 from rl_lightning.envs import make_envs
+from rl_lightning.envs.base import VectorEnv
+from rl_lightning.protocols import RLModuleProtocol, require
 
 
 class EvalResult(NamedTuple):
@@ -23,26 +26,33 @@ class EvalResult(NamedTuple):
 @torch.no_grad()
 def evaluate_policy(
     act: Callable[[Tensor], Tensor],
-    env_id: str,
-    num_episodes: int,
-    seed: int,
+    env: str | VectorEnv,
+    num_episodes: int = 32,
+    seed: int = 0,
     device: torch.device | str = "cpu",
     max_episode_steps: int = 100_000,
 ) -> EvalResult:
-    """Run ``num_episodes`` complete episodes (one per env copy) with ``act``.
+    """Run one complete episode per env copy with ``act``, all in lock-step.
 
     Args:
-        act: obs ``(num_episodes, *obs_shape)`` -> actions ``(num_episodes,)``.
-        env_id: a registered env id; a fresh instance is built, so training envs are untouched.
-        num_episodes: episodes to run, all in lock-step.
+        act: obs ``(num_episodes, *obs_shape)`` -> actions for every env.
+        env: an env id (a fresh instance of ``num_episodes`` copies is built on ``device``, so
+            training envs are untouched) or a ``VectorEnv`` (one episode per copy).
+        num_episodes: episodes to run (with an env id).
         seed: the evaluation envs' seed (the same seed gives the same start states).
         max_episode_steps: safety cap for envs without a time limit.
 
     Returns:
         float32 ``(num_episodes,)`` returns and lengths of each env's first episode.
     """
-    envs = make_envs(env_id, num_episodes, seed=seed, device=device)
-    obs, _ = envs.reset()
+    check_int("max_episode_steps", max_episode_steps, 1)
+    if isinstance(env, VectorEnv):
+        envs = env
+        obs, _ = envs.reset(seed=seed)
+    else:
+        envs = make_envs(env, check_int("num_episodes", num_episodes, 1), seed=seed, device=device)
+        obs, _ = envs.reset()
+    num_episodes = envs.num_envs
     returns = torch.zeros(num_episodes, device=envs.device)
     lengths = torch.zeros(num_episodes, device=envs.device)
     running = torch.ones(num_episodes, dtype=torch.bool, device=envs.device)
@@ -81,14 +91,10 @@ class Evaluation(L.Callback):
         seed: int = 10_000,
         max_episode_steps: int = 100_000,
     ):
-        if every_n_env_steps < 1:
-            raise ValueError(f"every_n_env_steps must be >= 1, got {every_n_env_steps}")
-        if num_eval_episodes < 1:
-            raise ValueError(f"num_eval_episodes must be >= 1, got {num_eval_episodes}")
-        self.every_n_env_steps = every_n_env_steps
-        self.num_eval_episodes = num_eval_episodes
-        self.seed = seed
-        self.max_episode_steps = max_episode_steps
+        self.every_n_env_steps = check_int("every_n_env_steps", every_n_env_steps, 1)
+        self.num_eval_episodes = check_int("num_eval_episodes", num_eval_episodes, 1)
+        self.seed = check_seed("seed", seed)
+        self.max_episode_steps = check_int("max_episode_steps", max_episode_steps, 1)
         self._mean_return = MeanMetric()
         self._mean_square_return = MeanMetric()
         self._mean_length = MeanMetric()
@@ -103,12 +109,11 @@ class Evaluation(L.Callback):
         """Run one evaluation now and return the reduced metrics."""
         was_training = pl_module.training
         pl_module.eval()
+        seed = self.seed + trainer.global_rank
         result = evaluate_policy(
             lambda obs: pl_module.act(obs, greedy=True),
-            pl_module.hparams.env_id,
-            self.num_eval_episodes,
-            seed=self.seed + trainer.global_rank,
-            device=pl_module.device,
+            pl_module.make_envs(self.num_eval_episodes, seed),
+            seed=seed,
             max_episode_steps=self.max_episode_steps,
         )
         pl_module.train(was_training)
@@ -129,6 +134,9 @@ class Evaluation(L.Callback):
         self._evaluated_at = pl_module.env_steps
         self.history.append((self._evaluated_at, mean))
         return self.last_metrics
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        require(pl_module, RLModuleProtocol, "Evaluation")
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if pl_module.env_steps >= self._next_eval_at:

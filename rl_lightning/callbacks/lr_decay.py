@@ -6,7 +6,9 @@ from typing import Any
 
 import lightning as L
 
+from rl_lightning._checks import check_float, check_int
 from rl_lightning.callbacks.schedule import linear_schedule, planned_env_steps
+from rl_lightning.protocols import RLModuleProtocol, require
 
 
 class LinearLRDecay(L.Callback):
@@ -23,15 +25,9 @@ class LinearLRDecay(L.Callback):
     """
 
     def __init__(self, lr_end: float, lr_frac: float, total_env_steps: int | None = None):
-        if lr_end < 0:
-            raise ValueError(f"lr_end must be >= 0, got {lr_end}")
-        if not 0.0 < lr_frac <= 1.0:
-            raise ValueError(f"lr_frac must be in (0, 1], got {lr_frac}")
-        if total_env_steps is not None and total_env_steps < 1:
-            raise ValueError(f"total_env_steps must be >= 1 or None, got {total_env_steps}")
-        self.lr_end = lr_end
-        self.lr_frac = lr_frac
-        self.total_env_steps = total_env_steps
+        self.lr_end = check_float("lr_end", lr_end, 0.0)
+        self.lr_frac = check_float("lr_frac", lr_frac, 0.0, 1.0, low_open=True)
+        self.total_env_steps = None if total_env_steps is None else check_int("total_env_steps", total_env_steps, 1)
         self._initial_lrs: list[float] = []
 
     def _total(self, trainer: L.Trainer, pl_module: L.LightningModule) -> float:
@@ -40,6 +36,7 @@ class LinearLRDecay(L.Callback):
         return planned_env_steps(trainer, pl_module, "LinearLRDecay")
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        require(pl_module, RLModuleProtocol, "LinearLRDecay")
         if not self._initial_lrs:  # restored from a checkpoint when resuming: the optimizer's lr is decayed
             self._initial_lrs = [group.get("initial_lr", group["lr"]) for group in trainer.optimizers[0].param_groups]
 

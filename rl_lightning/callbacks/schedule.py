@@ -6,6 +6,8 @@ import math
 
 import lightning as L
 
+from rl_lightning.protocols import RLModuleProtocol
+
 
 def linear_schedule(start: float, end: float, fraction: float, progress: float) -> float:
     """Value of a linear ramp from ``start`` to ``end`` over the first ``fraction`` of a run.
@@ -19,9 +21,9 @@ def linear_schedule(start: float, end: float, fraction: float, progress: float) 
     return start + ramp * (end - start)
 
 
-def planned_env_steps(trainer: L.Trainer, pl_module: L.LightningModule, who: str) -> float:
-    """The run's environment steps, all processes: ``pl_module.planned_env_steps(optimizer_steps)``
-    (DQN adds its random warm-up), else optimizer steps x ``env_steps_per_training_step``.
+def planned_env_steps(trainer: L.Trainer, pl_module: RLModuleProtocol, who: str) -> float:
+    """The run's environment steps, all processes: ``pl_module.planned_env_steps`` of the Trainer's
+    optimizer steps (random warm-up included).
 
     Raises:
         ValueError: for a run without ``max_steps`` or ``max_epochs`` (naming the callback ``who``).
@@ -32,6 +34,4 @@ def planned_env_steps(trainer: L.Trainer, pl_module: L.LightningModule, who: str
             f"{who} needs the run's length: set Trainer(max_steps=...) or max_epochs, "
             f"or pass {who}(total_env_steps=...)"
         )
-    if hasattr(pl_module, "planned_env_steps"):
-        return float(pl_module.planned_env_steps(int(optimizer_steps)))
-    return optimizer_steps * pl_module.env_steps_per_training_step
+    return float(pl_module.planned_env_steps(int(optimizer_steps)))

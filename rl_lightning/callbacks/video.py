@@ -13,8 +13,9 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
+from rl_lightning._checks import check_int, check_seed
 from rl_lightning.data.rollout import first_episode_stats
-from rl_lightning.envs import make_envs
+from rl_lightning.protocols import RLModuleProtocol, require
 from rl_lightning.video import encode_mp4, iter_grid_frames, video_summary, write_summary
 
 _CAPTION = (
@@ -24,13 +25,13 @@ _CAPTION = (
 
 
 @torch.no_grad()
-def greedy_rollout(pl_module: L.LightningModule, num_envs: int, num_steps: int, seed: int) -> tuple[Tensor, Tensor]:
+def greedy_rollout(pl_module: RLModuleProtocol, num_envs: int, num_steps: int, seed: int) -> tuple[Tensor, Tensor]:
     """Play ``num_steps`` greedy steps on a fresh env instance.
 
     Returns:
         obs ``(num_envs, num_steps, *obs_shape)`` and bool dones ``(num_envs, num_steps)``.
     """
-    envs = make_envs(pl_module.hparams.env_id, num_envs, seed=seed, device=pl_module.device)
+    envs = pl_module.make_envs(num_envs, seed)
     obs, _ = envs.reset()
     all_obs, all_dones = [], []
     for _ in range(num_steps):
@@ -86,22 +87,17 @@ class GridVideoLogger(L.Callback):
         tensorboard_frame_stride: int = 3,
         seed: int = 20_000,
     ):
-        if every_n_env_steps < 1:
-            raise ValueError(f"every_n_env_steps must be >= 1, got {every_n_env_steps}")
-        if every_n_train_steps is not None and every_n_train_steps < 1:
-            raise ValueError(f"every_n_train_steps must be >= 1 or None, got {every_n_train_steps}")
-        if num_steps < 1:
-            raise ValueError(f"num_steps must be >= 1, got {num_steps}")
-        if frame_stride < 1:
-            raise ValueError(f"frame_stride must be >= 1, got {frame_stride}")
-        self.every_n_env_steps = every_n_env_steps
+        self.every_n_env_steps = check_int("every_n_env_steps", every_n_env_steps, 1)
+        if every_n_train_steps is not None:
+            check_int("every_n_train_steps", every_n_train_steps, 1)
         self.every_n_train_steps = every_n_train_steps
-        self.num_steps = num_steps
-        self.frame_stride = frame_stride
-        self.fps = fps
-        self.flash_frames = flash_frames
-        self.tensorboard_frame_stride = tensorboard_frame_stride
-        self.seed = seed
+        self.num_steps = check_int("num_steps", num_steps, 1)
+        self.frame_stride = check_int("frame_stride", frame_stride, 1)
+        self.fps = None if fps is None else check_int("fps", fps, 1)
+        self.flash_frames = check_int("flash_frames", flash_frames, 0)
+        self.tensorboard_frame_stride = check_int("tensorboard_frame_stride", tensorboard_frame_stride, 1)
+        self.seed = check_seed("seed", seed)
+        self._cannot_draw_warned = False
         self._next_at = 0
         self._executor: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
@@ -120,12 +116,23 @@ class GridVideoLogger(L.Callback):
         self._next_at = (now // period + 1) * period  # the next multiple of the period
         return True
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        require(pl_module, RLModuleProtocol, "GridVideoLogger")
+
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
         if not trainer.is_global_zero or not self._due(trainer, pl_module):
             return
         start = time.perf_counter()
-        source = getattr(pl_module, "source", None)
-        rollout = getattr(source, "last_rollout", None)
+        spec_env = pl_module.make_envs(1, 0)
+        if not spec_env.can_draw:
+            if not self._cannot_draw_warned:
+                rank_zero_warn(
+                    f"GridVideoLogger: {pl_module.hparams.env_id} cannot draw its observations, so no videos are "
+                    "logged (training goes on)"
+                )
+                self._cannot_draw_warned = True
+            return
+        rollout = pl_module.latest_rollout()
         if rollout is not None:
             obs, dones = rollout.obs[:16, : self.num_steps], rollout.dones[:16, : self.num_steps]
             rewards = rollout.rewards[:16, : self.num_steps]
@@ -139,8 +146,8 @@ class GridVideoLogger(L.Callback):
             length = first_episode_stats(torch.ones(dones.shape), dones.cpu()).lengths.mean().item()
             caption = f"env steps {pl_module.env_steps:,}: greedy policy, mean first-episode length {length:.1f}"
         obs, dones = _every_kth_step(obs.detach(), dones, self.frame_stride)
-        draw = make_envs(pl_module.hparams.env_id, 1, seed=0).draw
-        fps = (self.fps or make_envs(pl_module.hparams.env_id, 1, seed=0).render_fps) / self.frame_stride
+        draw = spec_env.draw
+        fps = (self.fps or spec_env.render_fps) / self.frame_stride
         log_dir = Path(trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir)
         path = log_dir / "videos" / f"step_{pl_module.env_steps}.mp4"
         writer = trainer.logger.experiment if isinstance(trainer.logger, TensorBoardLogger) else None

@@ -14,10 +14,10 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
-from torch.utils.data import IterableDataset
 
-from rl_lightning._checks import check_int
-from rl_lightning.envs.base import VectorEnv
+from rl_lightning._checks import check_bool, check_float, check_int, check_seed, check_sizes
+from rl_lightning.data.source import EnvSource
+from rl_lightning.envs.base import VectorEnv, resolve_device
 
 
 class ReplayBufferSamples(NamedTuple):
@@ -27,11 +27,11 @@ class ReplayBufferSamples(NamedTuple):
     target still bootstraps there.
     """
 
-    obs: Tensor  # float32 (batch, *obs_shape)
-    actions: Tensor  # int64 (batch,)
+    obs: Tensor  # (batch, *obs_shape), the env's obs dtype (float32, or uint8 images)
+    actions: Tensor  # int64 (batch,) for Discrete actions, float32 (batch, *action_shape) for Box
     rewards: Tensor  # float32 (batch,)
     terminated: Tensor  # bool (batch,)
-    next_obs: Tensor  # float32 (batch, *obs_shape): the true last obs where an episode ended
+    next_obs: Tensor  # (batch, *obs_shape): the true last obs where an episode ended
 
 
 _FIELDS = ReplayBufferSamples._fields
@@ -46,8 +46,9 @@ class ReplayBuffer:
         num_envs: transitions per ``add`` (one per env); at most ``buffer_size``.
         seed: seed of the private generator used by ``sample``.
         device: where the tensors live.
-        action_shape: shape of one action: ``()`` (a discrete action index, stored as int64),
-            the only kind the envs have; accepted so that the seeds' keyword call works.
+        action_shape: shape of one action: ``()`` for a discrete action index (stored as int64),
+            ``(k, ...)`` for a ``Box`` action (stored as float32).
+        obs_dtype: ``torch.float32`` or ``torch.uint8`` (images stay uint8: 4x less memory).
     """
 
     def __init__(
@@ -58,32 +59,34 @@ class ReplayBuffer:
         seed: int = 0,
         device: torch.device | str = "cpu",
         action_shape: Sequence[int] = (),
+        obs_dtype: torch.dtype = torch.float32,
     ):
-        if tuple(action_shape) != ():
-            raise ValueError(f"action_shape must be () (one discrete action index per env), got {action_shape!r}")
         check_int("buffer_size", buffer_size, 1)
         check_int("num_envs", num_envs, 1)
         if num_envs > buffer_size:
             raise ValueError(f"num_envs ({num_envs}) must be <= buffer_size ({buffer_size})")
+        if obs_dtype not in (torch.float32, torch.uint8):
+            raise TypeError(f"obs_dtype must be torch.float32 or torch.uint8, got {obs_dtype!r}")
         self.buffer_size = buffer_size
-        self.obs_shape = tuple(int(size) for size in obs_shape)
+        self.obs_shape = check_sizes("obs_shape", tuple(obs_shape))
+        self.action_shape = check_sizes("action_shape", tuple(action_shape))
         self.num_envs = num_envs
-        self.device = torch.device(device)
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.device = resolve_device(device)
+        self.generator = torch.Generator(device=self.device).manual_seed(check_seed("seed", seed))
+        action_dtype = torch.int64 if self.action_shape == () else torch.float32
         self._specs = {
-            "obs": (self.obs_shape, torch.float32),
-            "actions": ((), torch.int64),
+            "obs": (self.obs_shape, obs_dtype),
+            "actions": (self.action_shape, action_dtype),
             "rewards": ((), torch.float32),
             "terminated": ((), torch.bool),
-            "next_obs": (self.obs_shape, torch.float32),
+            "next_obs": (self.obs_shape, obs_dtype),
         }
         # Allocated once; ``add`` writes rows in place. Slots ``[size:]`` hold zeros until filled.
-        self.obs = torch.zeros((buffer_size, *self.obs_shape), dtype=torch.float32, device=self.device)
-        self.actions = torch.zeros(buffer_size, dtype=torch.int64, device=self.device)
-        self.rewards = torch.zeros(buffer_size, dtype=torch.float32, device=self.device)
-        self.terminated = torch.zeros(buffer_size, dtype=torch.bool, device=self.device)
-        self.next_obs = torch.zeros((buffer_size, *self.obs_shape), dtype=torch.float32, device=self.device)
-        self._storage = {name: getattr(self, name) for name in _FIELDS}
+        self._storage = {
+            name: torch.zeros((buffer_size, *shape), dtype=dtype, device=self.device)
+            for name, (shape, dtype) in self._specs.items()
+        }
+        self.obs, self.actions, self.rewards, self.terminated, self.next_obs = self._storage.values()
         # Host-side ints: the ring position never needs a device sync.
         self.pos = 0  # where the next transition goes
         self.size = 0  # how many slots hold data
@@ -104,11 +107,11 @@ class ReplayBuffer:
         """Write one transition per env, overwriting the oldest when full.
 
         Args:
-            obs: float32 ``(num_envs, *obs_shape)``, s_t.
-            actions: int64 ``(num_envs,)``, a_t.
+            obs: ``(num_envs, *obs_shape)``, s_t.
+            actions: ``(num_envs, *action_shape)``, a_t (int64 for discrete actions, else float32).
             rewards: float32 ``(num_envs,)``, r_{t+1}.
             terminated: bool ``(num_envs,)``, whether s_{t+1} is terminal (not truncated).
-            next_obs: float32 ``(num_envs, *obs_shape)``, s_{t+1}: the true final obs for envs that
+            next_obs: ``(num_envs, *obs_shape)``, s_{t+1}: the true final obs for envs that
                 just finished (``info["final_observation"]``), not the auto-reset one.
         """
         values = (obs, actions, rewards, terminated, next_obs)
@@ -180,7 +183,7 @@ def epsilon_greedy(q_values: Tensor, epsilon: float, generator: torch.Generator 
     return torch.where(explore, random_actions, greedy)
 
 
-class ReplaySource(IterableDataset):
+class ReplaySource(EnvSource):
     """Envs + replay buffer as a torch ``IterableDataset`` of ``ReplayBufferSamples``.
 
     Iterating first fills the buffer with random actions until ``env_steps >= learning_starts``
@@ -194,14 +197,14 @@ class ReplaySource(IterableDataset):
         buffer: the replay buffer (``num_envs`` matching ``envs``).
         q_network: maps obs ``(num_envs, *obs_shape)`` to Q-values ``(num_envs, num_actions)``.
         batch_size: transitions per sampled batch.
-        learning_starts: env steps of random play before the first batch.
+        learning_starts: env steps (all processes) of random play before the first batch.
         steps_per_train: vectorised env steps per yielded batch.
         num_batches: items per epoch (``len``).
         seed: seed of the exploration generator.
-        epsilon: initial exploration rate (the owner updates ``source.epsilon``).
-        world_size: number of processes each running their own source; ``env_steps`` counts
-            every process's steps (``num_envs * world_size`` per vectorised step).
-        env_steps: env steps already taken (when resuming).
+        epsilon: exploration rate; its owner (``DQNModule``, set by ``EpsilonDecay``) updates it.
+        world_size: processes each running their own source (``env_steps`` counts them all).
+        env_steps: env steps already taken (a resumed run).
+        checkpoint_buffer: include the buffer's contents in :meth:`state_dict`.
     """
 
     def __init__(
@@ -217,33 +220,19 @@ class ReplaySource(IterableDataset):
         epsilon: float = 1.0,
         world_size: int = 1,
         env_steps: int = 0,
+        checkpoint_buffer: bool = True,
     ):
-        super().__init__()
+        super().__init__(envs, seed=seed, world_size=world_size, env_steps=env_steps)
         if buffer.num_envs != envs.num_envs:
             raise ValueError(f"buffer.num_envs ({buffer.num_envs}) must equal envs.num_envs ({envs.num_envs})")
-        check_int("batch_size", batch_size, 1)
-        check_int("learning_starts", learning_starts, 0)
-        check_int("steps_per_train", steps_per_train, 1)
-        check_int("num_batches", num_batches, 1)
-        check_int("world_size", world_size, 1)
-        self.envs = envs
         self.buffer = buffer
         self.q_network = q_network
-        self.batch_size = batch_size
-        self.learning_starts = learning_starts
-        self.steps_per_train = steps_per_train
-        self.num_batches = num_batches
-        self.epsilon = float(epsilon)
-        self.world_size = world_size
-        self.env_steps = env_steps
-        self.device = envs.device
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self._obs: Tensor | None = None  # envs are reset on the first step, not at construction
-        num_envs = envs.num_envs
-        self._episode_returns = torch.zeros(num_envs, device=self.device)
-        self._episode_lengths = torch.zeros(num_envs, device=self.device)
-        # sum of returns, sum of lengths, count of episodes completed since the last pop
-        self._completed = torch.zeros(3, device=self.device)
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.learning_starts = check_int("learning_starts", learning_starts, 0)
+        self.steps_per_train = check_int("steps_per_train", steps_per_train, 1)
+        self.num_batches = check_int("num_batches", num_batches, 1)
+        self.epsilon = check_float("epsilon", epsilon, 0.0, 1.0)
+        self.checkpoint_buffer = check_bool("checkpoint_buffer", checkpoint_buffer)
 
     def __len__(self) -> int:
         return self.num_batches
@@ -252,29 +241,15 @@ class ReplaySource(IterableDataset):
         for _ in range(self.num_batches):
             yield self.next_batch()
 
-    def state_dict(self, include_buffer: bool = True) -> dict[str, Any]:
-        """Envs, RNG, counters, the current obs and (optionally) the buffer's contents."""
-        return {
-            "envs": self.envs.state_dict(),
-            "generator": self.generator.get_state(),
-            "env_steps": self.env_steps,
-            "obs": None if self._obs is None else self._obs.clone(),
-            "episode_returns": self._episode_returns.clone(),
-            "episode_lengths": self._episode_lengths.clone(),
-            "completed": self._completed.clone(),
-            "buffer": self.buffer.state_dict() if include_buffer else None,
-        }
+    def state_dict(self, include_buffer: bool | None = None) -> dict[str, Any]:
+        """Envs, RNG, counters, the current obs and (``include_buffer``, default
+        ``checkpoint_buffer``) the buffer's contents."""
+        include_buffer = self.checkpoint_buffer if include_buffer is None else include_buffer
+        return {**super().state_dict(), "buffer": self.buffer.state_dict() if include_buffer else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict`; without a saved buffer the buffer stays as it is."""
-        device = self.device
-        self.envs.load_state_dict(state["envs"])
-        self.generator.set_state(state["generator"])
-        self.env_steps = state["env_steps"]
-        self._obs = None if state["obs"] is None else state["obs"].to(device)
-        self._episode_returns = state["episode_returns"].to(device)
-        self._episode_lengths = state["episode_lengths"].to(device)
-        self._completed = state["completed"].to(device)
+        super().load_state_dict(state)
         if state["buffer"] is not None:
             self.buffer.load_state_dict(state["buffer"])
 
@@ -297,22 +272,11 @@ class ReplaySource(IterableDataset):
         """``num_steps`` vectorised env steps epsilon-greedy with ``q_network`` into the buffer."""
         self._play(num_steps, random_actions=False)
 
-    def pop_episode_stats(self) -> Tensor:
-        """``[sum of returns, sum of lengths, count]`` of episodes completed since the last pop."""
-        stats = self._completed.clone()
-        self._completed.zero_()
-        return stats
-
     def _play(self, num_steps: int, random_actions: bool) -> None:
-        envs = self.envs
-        if self._obs is None:
-            self._obs, _ = envs.reset()
-        obs = self._obs
+        envs, obs = self.envs, self.obs
         for _ in range(num_steps):
             if random_actions:
-                actions = torch.randint(
-                    0, envs.num_actions, (envs.num_envs,), generator=self.generator, device=self.device
-                )
+                actions = envs.random_actions(self.generator)
             else:
                 actions = epsilon_greedy(self.q_network(obs), self.epsilon, self.generator)
             next_obs, rewards, terminated, truncated, info = envs.step(actions)
@@ -320,17 +284,7 @@ class ReplaySource(IterableDataset):
             # transition must end in the obs the episode really reached, which the env contract
             # puts in info["final_observation"] for every env (equal to next_obs where no reset).
             self.buffer.add(obs, actions, rewards, terminated, info["final_observation"])
-            self._track_episodes(rewards, terminated | truncated)
+            self.episodes.update(rewards, terminated | truncated)
             obs = next_obs
         self._obs = obs
-        self.env_steps += num_steps * envs.num_envs * self.world_size
-
-    def _track_episodes(self, rewards: Tensor, done: Tensor) -> None:
-        self._episode_returns += rewards
-        self._episode_lengths += 1
-        done_f = done.float()
-        completed = torch.stack([self._episode_returns @ done_f, self._episode_lengths @ done_f, done_f.sum()])
-        self._completed += completed
-        keep = 1.0 - done_f
-        self._episode_returns *= keep
-        self._episode_lengths *= keep
+        self.count(num_steps)

@@ -8,18 +8,23 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.data import IterableDataset
 
+from rl_lightning._checks import check_bool, check_int
+from rl_lightning.data.source import EnvSource
 from rl_lightning.envs.base import VectorEnv
+from rl_lightning.nets import sample_categorical
+
+# The seeds' name for categorical sampling, kept.
+sample_actions = sample_categorical
 
 
 class RolloutTensors(NamedTuple):
     """A rollout (or a batch of its envs), every field ``(num_envs, num_steps, ...)``.
 
     ``dones[:, t]`` is True where the episode ended on step t (terminated or truncated): the
-    obs at t + 1 then starts a new episode.
+    obs at t + 1 then starts a new episode. ``actions`` are what the policy sampled (for a
+    ``Box`` space unclipped, ``(num_envs, num_steps, *action_shape)``).
     """
 
     obs: Tensor
@@ -54,7 +59,7 @@ class Rollout:
 
         Args:
             obs: ``(num_envs, *obs_shape)`` the obs the agent acted on.
-            actions: int ``(num_envs,)`` the actions taken.
+            actions: ``(num_envs, *action_shape)`` the actions taken (int for Discrete).
             logprobs: ``(num_envs,)`` log pi(a_t | o_t) under the policy that acted.
             rewards: ``(num_envs,)`` the reward for that action.
             dones: bool ``(num_envs,)`` whether the episode ended on this step.
@@ -66,12 +71,9 @@ class Rollout:
         if self.timestep >= self.max_steps:
             raise ValueError(f"Rollout is full: it already holds max_steps={self.max_steps} steps")
         num_envs = obs.shape[0]
-        for name, value in (
-            ("actions", actions),
-            ("logprobs", logprobs),
-            ("rewards", rewards),
-            ("dones", dones),
-        ):
+        if actions.shape[:1] != (num_envs,):
+            raise ValueError(f"actions must have shape ({num_envs}, ...) like obs, got {tuple(actions.shape)}")
+        for name, value in (("logprobs", logprobs), ("rewards", rewards), ("dones", dones)):
             if value.shape != (num_envs,):
                 raise ValueError(f"{name} must have shape ({num_envs},) like obs, got {tuple(value.shape)}")
         self._steps.append((obs, actions, logprobs, rewards, dones))
@@ -124,22 +126,7 @@ def first_episode_stats(rewards: Tensor, dones: Tensor) -> EpisodeStats:
     return EpisodeStats((rewards.float() * in_first).sum(dim=1), in_first.sum(dim=1).float())
 
 
-def sample_actions(logits: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-    """Sample one action per row of ``logits`` from its softmax.
-
-    Returns:
-        actions int64 ``(batch,)`` and their log-probabilities ``(batch,)``.
-    """
-    log_probs = F.log_softmax(logits.float(), dim=-1)
-    # Inverse-CDF sampling: one uniform per row against the cumulative probabilities. Four
-    # small kernels, cheaper than torch.multinomial for a handful of actions.
-    cdf = log_probs.exp().cumsum(dim=-1)
-    uniform = torch.rand((*cdf.shape[:-1], 1), generator=generator, device=logits.device)
-    actions = (cdf < uniform).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
-    return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-
-
-class RolloutSource(IterableDataset):
+class RolloutSource(EnvSource):
     """Yields on-policy rollouts of ``policy`` on ``envs``, one training batch per item.
 
     Each iteration (one Lightning epoch) collects ``rollouts_per_epoch`` rollouts. A rollout
@@ -149,7 +136,8 @@ class RolloutSource(IterableDataset):
 
     Args:
         envs: the vector env (on the policy's device).
-        policy: obs -> logits.
+        policy: a :class:`~rl_lightning.nets.PolicyNetwork` (anything with
+            ``sample(obs, generator) -> (actions, logprobs)``).
         num_steps: steps per env per rollout.
         num_batches: batches per rollout (split along envs).
         rollout_use_count: how many times each rollout's batches are yielded.
@@ -157,6 +145,8 @@ class RolloutSource(IterableDataset):
         full_reset: reset every env at the start of each rollout (so each env's first
             episode starts at step 0 and the first-episode return is a real episode return).
         seed: seed of the action-sampling generator.
+        world_size: processes each running their own source (``env_steps`` counts them all).
+        env_steps: env steps already taken (a resumed run).
     """
 
     def __init__(
@@ -169,50 +159,37 @@ class RolloutSource(IterableDataset):
         rollouts_per_epoch: int = 1,
         full_reset: bool = True,
         seed: int = 0,
+        world_size: int = 1,
+        env_steps: int = 0,
     ):
-        super().__init__()
+        super().__init__(envs, seed=seed, world_size=world_size, env_steps=env_steps)
+        check_int("num_steps", num_steps, 1)
+        check_int("num_batches", num_batches, 1)
         if envs.num_envs % num_batches != 0:
             raise ValueError(f"num_batches ({num_batches}) must divide num_envs ({envs.num_envs}) so batches are equal")
-        self.envs = envs
         self.policy = policy
         self.rollout = Rollout(num_steps)
         self.num_steps = num_steps
         self.num_batches = num_batches
-        self.rollout_use_count = rollout_use_count
-        self.rollouts_per_epoch = rollouts_per_epoch
-        self.full_reset = full_reset
-        self.generator = torch.Generator(device=envs.device).manual_seed(seed)
-        #: Environment steps taken by this source (this process only).
-        self.env_steps = 0
+        self.rollout_use_count = check_int("rollout_use_count", rollout_use_count, 1)
+        self.rollouts_per_epoch = check_int("rollouts_per_epoch", rollouts_per_epoch, 1)
+        self.full_reset = check_bool("full_reset", full_reset)
         #: Number of rollouts collected so far.
         self.num_rollouts = 0
-        #: The most recent rollout, stacked, and its first-episode statistics.
+        #: The most recent rollout, stacked.
         self.last_rollout: RolloutTensors | None = None
-        self.last_stats: EpisodeStats | None = None
         #: Seconds spent collecting the most recent rollout.
         self.last_collect_seconds = math.nan
-        self._obs: Tensor | None = None
 
     def __len__(self) -> int:
         return self.rollouts_per_epoch * self.num_batches * self.rollout_use_count
 
     def state_dict(self) -> dict[str, Any]:
-        """Envs, RNG and counters: a restored source continues exactly where this one is."""
-        return {
-            "envs": self.envs.state_dict(),
-            "generator": self.generator.get_state(),
-            "env_steps": self.env_steps,
-            "num_rollouts": self.num_rollouts,
-            "obs": None if self._obs is None else self._obs.clone(),
-        }
+        return {**super().state_dict(), "num_rollouts": self.num_rollouts}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict` (of a source over the same env id and ``num_envs``)."""
-        self.envs.load_state_dict(state["envs"])
-        self.generator.set_state(state["generator"])
-        self.env_steps = state["env_steps"]
+        super().load_state_dict(state)
         self.num_rollouts = state["num_rollouts"]
-        self._obs = None if state["obs"] is None else state["obs"].to(self.envs.device)
 
     def __iter__(self) -> Iterator[RolloutTensors]:
         batch_size = self.envs.num_envs // self.num_batches
@@ -225,25 +202,24 @@ class RolloutSource(IterableDataset):
         """Step every env ``num_steps`` times with actions sampled from the current policy."""
         start = time.perf_counter()
         self._play()
-        self.env_steps += self.num_steps * self.envs.num_envs
+        self.count(self.num_steps)
         self.num_rollouts += 1
         # Stacked outside inference mode, so the rollout is an ordinary tensor that the loss
         # can feed through the policy with autograd.
-        self.last_rollout = self.rollout.get()
-        self.last_stats = first_episode_stats(self.last_rollout.rewards, self.last_rollout.dones)
+        rollout = self.rollout.get()
+        self.episodes.update(rollout.rewards, rollout.dones)  # once per rollout, not per step
+        self.last_rollout = rollout
         self.last_collect_seconds = time.perf_counter() - start
-        return self.last_rollout
+        return rollout
 
     @torch.inference_mode()  # ~15% less per-op overhead than no_grad for these tiny ops
     def _play(self) -> None:
-        if self.full_reset or self._obs is None:
-            self._obs, _ = self.envs.reset()
-        obs = self._obs
+        obs = self.reset_envs() if self.full_reset else self.obs
         self.rollout.reset()
         was_training = self.policy.training
         self.policy.eval()
         for _ in range(self.num_steps):
-            actions, logprobs = sample_actions(self.policy(obs), self.generator)
+            actions, logprobs = self.policy.sample(obs, self.generator)
             next_obs, rewards, terminated, truncated, _ = self.envs.step(actions)
             # An episode boundary is either flag: the env auto-reset on both.
             self.rollout.add_step(obs, actions, logprobs, rewards, terminated | truncated)

@@ -83,6 +83,8 @@ class VectorEnv:
     can_draw: bool = True
     #: Whether :meth:`render` gives the current frame of every env.
     can_render: bool = False
+    #: Whether :meth:`load_state_dict` restores the exact state (False: the envs restart fresh).
+    restorable: bool = True
     #: Attributes holding the env's dynamic state, saved by :meth:`state_dict`.
     _state_attributes: tuple[str, ...] = ()
 

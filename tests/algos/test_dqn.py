@@ -72,7 +72,7 @@ def test_networks_and_act():
     state = torch.get_rng_state()
     again = DQNModule(env_id="CartPole-v1", seed=3)
     assert torch.equal(torch.get_rng_state(), state)
-    assert torch.equal(again.q_network.layers[0].weight, module.q_network.layers[0].weight)
+    assert torch.equal(again.q_network.encoder.layers[0].weight, module.q_network.encoder.layers[0].weight)
 
     obs = torch.randn(500, 4)
     greedy = module.act(obs, greedy=True)
@@ -138,7 +138,7 @@ class _Recorder(DQNModule):
         self.records = []
 
     def training_step(self, batch, batch_idx):
-        self.records.append((self.env_steps, self.q_network.layers[-1].weight.clone()))
+        self.records.append((self.env_steps, self.q_network.head.weight.clone()))
         return super().training_step(batch, batch_idx)
 
 
@@ -158,10 +158,10 @@ def test_logs_the_cleanrl_vocabulary():
     trainer.fit(module)
     metrics = trainer.callback_metrics
     expected = {"losses/td_loss", "losses/q_values", "charts/epsilon", "charts/env_steps", "charts/SPS"}
-    assert expected | {"charts/episodic_return", "charts/episode_length"} <= set(metrics)
-    assert metrics["charts/episodic_return"] == 1.0 and metrics["charts/episode_length"] == 2.0
+    assert expected | {"charts/episodic_return", "charts/episodic_length", "charts/learning_rate"} <= set(metrics)
+    assert metrics["charts/episodic_return"] == 1.0 and metrics["charts/episodic_length"] == 2.0
     assert metrics["charts/env_steps"] == module.env_steps
-    assert set(trainer.progress_bar_metrics) >= {"charts/env_steps", "charts/episodic_return", "charts/epsilon"}
+    assert set(trainer.progress_bar_metrics) == {"env_steps", "SPS", "return"}
 
 
 def test_epsilon_decays_with_env_steps_during_fit():

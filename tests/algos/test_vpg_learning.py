@@ -6,6 +6,12 @@ import torch
 from probe_settings import VPG_PROBES, vpg_probe_module
 
 from rl_lightning import VPGModule
+from rl_lightning.data.rollout import first_episode_stats
+
+
+def _first_episode_return(module: VPGModule) -> float:
+    rollout = module.latest_rollout()
+    return first_episode_stats(rollout.rewards, rollout.dones).returns.mean().item()
 
 
 def _fit(module: VPGModule, max_steps: int, callbacks=()) -> L.Trainer:
@@ -37,7 +43,7 @@ class _StopWhenSolved(L.Callback):
         self.returns: list[float] = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.returns.append(pl_module.source.last_stats.returns.mean().item())
+        self.returns.append(_first_episode_return(pl_module))
         if self.returns[-1] >= self.threshold:
             trainer.should_stop = True
 

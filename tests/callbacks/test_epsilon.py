@@ -1,6 +1,7 @@
 from types import SimpleNamespace
 
 import pytest
+from fake_module import FakeModule
 
 from rl_lightning.callbacks.epsilon import EpsilonDecay
 
@@ -20,7 +21,7 @@ def test_zero_fraction_is_end_at_once():
 
 def test_callback_keys_on_env_steps_and_estimates_the_run_length():
     trainer = SimpleNamespace(estimated_stepping_batches=100, global_step=0)
-    module = SimpleNamespace(env_steps=0, env_steps_per_training_step=10, epsilon=None)
+    module = FakeModule(env_steps=0, env_steps_per_training_step=10)
     callback = EpsilonDecay(start=1.0, end=0.0, fraction=0.5)  # 100 steps x 10 -> 1000 env steps
     callback.on_train_start(trainer, module)
     assert module.epsilon == 1.0
@@ -34,18 +35,32 @@ def test_callback_keys_on_env_steps_and_estimates_the_run_length():
 
 def test_unbounded_run_needs_total_env_steps():
     trainer = SimpleNamespace(estimated_stepping_batches=float("inf"))
-    module = SimpleNamespace(env_steps=0, env_steps_per_training_step=10, epsilon=None)
+    module = FakeModule(env_steps=0, env_steps_per_training_step=10)
     with pytest.raises(ValueError, match="total_env_steps"):
         EpsilonDecay().on_train_start(trainer, module)
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"start": 1.5}, {"end": -0.1}, {"fraction": 2.0}, {"total_env_steps": 0}, {"start": "1"}],
+    ("kwargs", "error"),
+    [
+        ({"start": 1.5}, ValueError),
+        ({"end": -0.1}, ValueError),
+        ({"fraction": 2.0}, ValueError),
+        ({"total_env_steps": 0}, ValueError),
+        ({"start": "1"}, TypeError),
+        ({"fraction": float("nan")}, ValueError),
+    ],
 )
-def test_validation(kwargs):
-    with pytest.raises(ValueError, match=next(iter(kwargs))):
+def test_validation(kwargs, error):
+    with pytest.raises(error, match=next(iter(kwargs))):
         EpsilonDecay(**kwargs)
+
+
+def test_a_module_without_epsilon_is_refused_naming_what_is_missing():
+    from rl_lightning import VPGModule
+
+    with pytest.raises(TypeError, match=r"EpsilonDecay.*EpsilonGreedyProtocol.*VPGModule lacks epsilon"):
+        EpsilonDecay(total_env_steps=10).on_train_start(None, VPGModule(env_id="Probe1-v0"))
 
 
 def test_decay_spans_the_run_including_the_random_warm_up():

@@ -1,8 +1,8 @@
 import copy
-from types import SimpleNamespace
 
 import pytest
 import torch
+from fake_module import FakeModule
 from torch import nn
 
 from rl_lightning.callbacks.target_sync import TargetNetworkSync, update_target_network
@@ -16,7 +16,7 @@ def _module():
         for param in online.parameters():
             param.add_(1.0)
         online[1].running_mean.fill_(7.0)
-    return SimpleNamespace(q_network=online, target_network=target, env_steps=0)
+    return FakeModule(q_network=online, target_network=target, env_steps=0)
 
 
 def _same(a, b):
@@ -63,12 +63,23 @@ def test_update_target_network_hard_copy():
     assert _same(module.target_network, module.q_network)
 
 
-def test_custom_attribute_names():
-    module = _module()
-    module.critic, module.critic_target = module.q_network, module.target_network
-    callback = TargetNetworkSync(every_n_env_steps=None, online_attr="critic", target_attr="critic_target")
+def test_every_pair_the_module_names_is_updated():
+    module, other = _module(), _module()
+    module.target_network_pairs = lambda: [
+        (module.target_network, module.q_network),
+        (other.target_network, other.q_network),
+    ]
+    callback = TargetNetworkSync(every_n_env_steps=None)
+    callback.on_train_start(None, module)
     callback.on_train_batch_end(None, module, None, None, 0)
-    assert _same(module.critic_target, module.critic)
+    assert _same(module.target_network, module.q_network) and _same(other.target_network, other.q_network)
+
+
+def test_a_module_without_target_networks_is_refused():
+    from rl_lightning import VPGModule
+
+    with pytest.raises(TypeError, match=r"TargetNetworkSync.*VPGModule lacks target_network_pairs"):
+        TargetNetworkSync().on_train_start(None, VPGModule(env_id="Probe1-v0"))
 
 
 @pytest.mark.parametrize(

@@ -148,9 +148,9 @@ def test_source_stores_the_true_final_observation_and_terminated():
     assert first.sum() == 4 and torch.equal(buffer.terminated[:8], last)
     assert torch.all(next_obs == 1)  # never the reset obs [0]
     assert torch.all(buffer.rewards[:8][first] == 0) and torch.all(buffer.rewards[:8][last] == 1)
-    stats = source.pop_episode_stats()
+    stats = source.episodes.pop()
     assert stats.tolist() == [4.0, 8.0, 4.0]  # 4 episodes, return 1, length 2
-    assert source.pop_episode_stats().tolist() == [0.0, 0.0, 0.0]
+    assert source.episodes.pop().tolist() == [0.0, 0.0, 0.0]
 
 
 def test_source_stores_truncation_as_not_terminated_with_the_final_obs():

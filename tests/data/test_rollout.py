@@ -1,6 +1,5 @@
 import pytest
 import torch
-from torch import nn
 
 from rl_lightning.data.rollout import (
     Rollout,
@@ -148,13 +147,8 @@ def test_full_reset_starts_every_rollout_from_reset_states():
     assert last_state.shape == (4, 4)
 
 
-class _Constant(nn.Module):
-    def forward(self, obs):
-        return torch.zeros(*obs.shape[:-1], 1)  # Probe1 has one action
-
-
-def test_source_counts_env_steps():
+def test_source_counts_env_steps_of_all_processes():
     envs = make_envs("Probe1-v0", 3, seed=0)
-    source = RolloutSource(envs, _Constant(), num_steps=5, rollouts_per_epoch=4)
+    source = RolloutSource(envs, PolicyNetwork((1,), 1), num_steps=5, rollouts_per_epoch=4, world_size=2)
     list(source)
-    assert source.env_steps == 4 * 3 * 5
+    assert source.env_steps == 4 * 3 * 5 * 2 and source.num_rollouts == 4

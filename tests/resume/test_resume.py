@@ -75,7 +75,7 @@ def test_resume_without_replay_buffer_refills_it(tmp_path):
 
     _fit(module(), tmp_path, 15, stop_at=10)
     checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
-    assert checkpoint["rl_lightning.dqn"]["sources"][0]["buffer"] is None
+    assert checkpoint["rl_lightning"]["sources"][0]["buffer"] is None
     resumed = module()
     _fit(resumed, tmp_path, 15, ckpt_path="last")
     # The resumed run refilled 64 random transitions, then played 5 more training steps x 4 envs.

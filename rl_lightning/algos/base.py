@@ -1,0 +1,339 @@
+"""The shared base of every algorithm: ``RLModule``.
+
+It owns what is the same for all of them, so an algorithm is only its loss, its data-source
+settings and its networks:
+
+- the env: its spaces (checked against the algorithm's, from a one-copy instance), and the
+  training envs built on the module's device in ``train_dataloader`` (seed + rank);
+- the env-step clock (all processes, one convention) and the run's plan in env steps;
+- episode statistics (gymnasium's ``RecordEpisodeStatistics``: the episodes that finished since
+  the last log), ``charts/SPS`` and the progress-bar fields, the same for every algorithm;
+- the seeding streams (``rl_lightning.seeding``);
+- ``act(obs, greedy=False)``, with one signature and the input checks;
+- one checkpoint payload under one key, and the check that a checkpoint fits the module.
+
+A subclass implements ``make_source`` (its data source over the envs), ``policy_actions``
+(actions for a batch of observations), ``env_steps_per_training_step`` and ``training_step``.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any, ClassVar
+
+import lightning as L
+import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from rl_lightning._checks import check_bool, check_int, check_seed, check_str
+from rl_lightning.data.rollout import RolloutTensors
+from rl_lightning.data.source import EnvSource
+from rl_lightning.envs import make_envs
+from rl_lightning.envs.base import VectorEnv
+from rl_lightning.seeding import derive_seed
+
+#: The key of the module's payload in a Lightning checkpoint.
+CHECKPOINT_KEY = "rl_lightning"
+
+# Lightning warns about two things our data sources do on purpose: they define __len__ (with a
+# length Lightning does not prefetch, which keeps on-policy data on-policy; they run in the main
+# process, so its multi-worker caveat does not apply), and on-policy epochs can be shorter than
+# log_every_n_steps (their charts are logged per epoch). Silenced during fit only.
+_EXPECTED_WARNINGS = (
+    r"Your `IterableDataset` has `__len__` defined",
+    r"The number of training batches \(\d+\) is smaller than the logging interval",
+)
+
+
+class RLModule(L.LightningModule):
+    """Base class of the algorithm modules (``VPGModule``, ``DQNModule``, ...).
+
+    Args:
+        env_id: a registered env id (``rl_lightning.registered_env_ids()``).
+        num_envs: envs stepped in lock-step per process.
+        seed: seeds everything: network init (the same on every rank), the envs (``seed + rank``)
+            and the other named streams (``rl_lightning.seeding.derive_seed``).
+    """
+
+    #: Action spaces the algorithm can learn: "discrete", "box".
+    action_kinds: ClassVar[tuple[str, ...]] = ("discrete", "box")
+    #: Log the charts once per epoch (on-policy algorithms: an epoch is a rollout) instead of
+    #: every ``Trainer(log_every_n_steps)`` optimizer steps.
+    log_per_epoch: ClassVar[bool] = False
+
+    def __init__(self, env_id: str, num_envs: int, seed: int):
+        super().__init__()
+        check_str("env_id", env_id)
+        check_int("num_envs", num_envs, 1)
+        check_seed("seed", seed)
+        # A one-copy instance of the env gives its spaces (and checks env_id); no env is kept, so
+        # the module pickles (ddp_spawn) whatever the env holds.
+        spec_env = make_envs(env_id, num_envs=1, seed=seed)
+        spec_env.close()
+        if spec_env.action_kind not in self.action_kinds:
+            raise ValueError(
+                f"{type(self).__name__} cannot learn {env_id!r}: its action space "
+                f"{spec_env.single_action_space} is {spec_env.action_kind!r}, and "
+                f"{type(self).__name__} supports {', '.join(self.action_kinds)} action spaces"
+                f"{_other_algorithms(spec_env.action_kind)}"
+            )
+        self.observation_space = spec_env.single_observation_space
+        self.action_space = spec_env.single_action_space
+        self.obs_shape, self.obs_dtype = spec_env.obs_shape, spec_env.obs_dtype
+        self.action_shape = spec_env.action_shape
+        #: The data source, built in ``train_dataloader``.
+        self.source: EnvSource | None = None
+        self._start_env_steps = 0  # env steps before the source exists (from a checkpoint)
+        self._restored_sources: list[dict[str, Any] | None] | None = None
+        self._last_log: tuple[float, int] | None = None  # (time, env_steps) for SPS
+        self._warning_filters: list[tuple] = []
+
+    # -- what a subclass provides ----------------------------------------------------------
+
+    def make_source(self, envs: VectorEnv, seed: int, world_size: int, env_steps: int) -> EnvSource:
+        """The algorithm's data source over ``envs`` (its generator seeded with ``seed``)."""
+        raise NotImplementedError
+
+    def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
+        """Actions for ``obs`` ``(batch, *obs_shape)`` of the env's dtype on the module's device."""
+        raise NotImplementedError
+
+    @property
+    def env_steps_per_training_step(self) -> float:
+        """Env steps (all processes) collected per optimizer step, on average."""
+        raise NotImplementedError
+
+    def warmup_env_steps(self) -> int:
+        """Env steps (all processes) taken before the first optimizer step (random play)."""
+        return 0
+
+    # -- the env-step clock ------------------------------------------------------------------
+
+    @property
+    def world_size(self) -> int:
+        return self.trainer.world_size if self._trainer is not None else 1
+
+    @property
+    def env_steps(self) -> int:
+        """Environment steps taken so far by all processes together."""
+        return self.source.env_steps if self.source is not None else self._start_env_steps
+
+    def planned_env_steps(self, optimizer_steps: int) -> int:
+        """Env steps (all processes) of a run of ``optimizer_steps`` optimizer steps, warm-up included."""
+        return self.warmup_env_steps() + round(optimizer_steps * self.env_steps_per_training_step)
+
+    # -- envs and data -------------------------------------------------------------------
+
+    def make_envs(self, num_envs: int, seed: int) -> VectorEnv:
+        """A fresh instance of the module's env with ``num_envs`` copies on its device."""
+        return make_envs(self.hparams.env_id, num_envs, seed=seed, device=self.device)
+
+    def latest_rollout(self) -> RolloutTensors | None:
+        """The newest on-policy rollout of the training envs (None for off-policy algorithms)."""
+        return None
+
+    def train_dataloader(self) -> DataLoader:
+        # A reload (Trainer(reload_dataloaders_every_n_epochs=...)) or a second fit keeps the
+        # source: rebuilding it would reset the envs, the counters and any replay buffer.
+        if self.source is None or self.source.device != self.device:
+            self.source = self._build_source()
+        return DataLoader(self.source, batch_size=None, num_workers=0)
+
+    def _build_source(self) -> EnvSource:
+        seed, rank, world_size = self.hparams.seed, self.global_rank, self.world_size
+        envs = self.make_envs(self.hparams.num_envs, derive_seed(seed, "envs", rank))
+        source = self.make_source(envs, derive_seed(seed, "actions", rank), world_size, self._start_env_steps)
+        states, self._restored_sources = self._restored_sources, None
+        if states is not None:
+            if len(states) == world_size and states[rank] is not None:
+                source.load_state_dict(states[rank])
+                if not envs.restorable:
+                    rank_zero_warn(
+                        f"{self.hparams.env_id} cannot save its state: the envs restart fresh, while weights, "
+                        "optimizer, replay buffer and counters are restored"
+                    )
+            else:
+                rank_zero_warn(
+                    f"the checkpoint holds data-source states of {len(states)} process(es), this run has "
+                    f"{world_size}: the envs start fresh (weights, optimizer and env-step counter are restored)"
+                )
+        return source
+
+    # -- acting ---------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def act(self, obs: Any, greedy: bool = False) -> Tensor:
+        """Actions for observations ``(*batch, *obs_shape)`` (a tensor or an array, e.g. from a
+        gymnasium env; one observation gives one action): the most likely ones if ``greedy``, else
+        sampled from the policy (with torch's global RNG).
+
+        Returns:
+            ``(*batch, *action_shape)``: int64 for ``Discrete`` actions, float32 for ``Box``.
+        """
+        check_bool("greedy", greedy)
+        obs = torch.as_tensor(obs, device=self.device)
+        obs_shape = self.obs_shape
+        batch_dims = obs.dim() - len(obs_shape)
+        if batch_dims < 0 or tuple(obs.shape[batch_dims:]) != obs_shape:
+            raise ValueError(
+                f"obs must have shape (*batch, {', '.join(map(str, obs_shape))}) for {self.hparams.env_id}, "
+                f"got {tuple(obs.shape)}"
+            )
+        batch_shape = obs.shape[:batch_dims]
+        actions = self.policy_actions(obs.reshape(-1, *obs_shape).to(self.obs_dtype), greedy)
+        return actions.reshape((*batch_shape, *self.action_shape))
+
+    # -- logging --------------------------------------------------------------------------
+
+    def _should_log(self) -> bool:
+        """Whether Lightning writes this step's metrics (calling ``self.log`` costs ~0.1 ms)."""
+        if self._trainer is None:  # training_step called by hand (tests)
+            return False
+        if self.log_per_epoch:
+            return True
+        every = self.trainer.log_every_n_steps
+        return every > 0 and (self.global_step + 1) % every == 0
+
+    def log_rl(self, metrics: dict[str, Tensor | float], prog_bar: tuple[str, ...] = ()) -> None:
+        """Log ``metrics`` (already reduced over processes) with this algorithm's cadence."""
+        for name, value in metrics.items():
+            self.log(
+                name,
+                value,
+                on_step=not self.log_per_epoch,
+                on_epoch=self.log_per_epoch,
+                prog_bar=name in prog_bar,
+                sync_dist=False,
+            )
+
+    def log_charts(self) -> None:
+        """The charts of every algorithm: episodic return and length (the episodes that finished
+        since the last log, all processes), SPS, env steps and learning rate."""
+        if self.source is None:
+            return
+        finished = self.source.episodes.pop()
+        if self.world_size > 1:
+            finished = self.trainer.strategy.reduce(finished, reduce_op="sum")
+        now, env_steps = time.perf_counter(), self.env_steps
+        metrics: dict[str, Tensor | float] = {"charts/env_steps": float(env_steps)}
+        if self._last_log is not None and now > self._last_log[0]:
+            metrics["charts/SPS"] = (env_steps - self._last_log[1]) / (now - self._last_log[0])
+        self._last_log = (now, env_steps)
+        if finished[2].item() > 0:  # a host sync, once per log
+            metrics["charts/episodic_return"] = finished[0] / finished[2]
+            metrics["charts/episodic_length"] = finished[1] / finished[2]
+        if self._trainer is not None and self.trainer.optimizers:
+            metrics["charts/learning_rate"] = self.trainer.optimizers[0].param_groups[0]["lr"]
+        self.log_rl(metrics)
+        # The progress bar: the same fields for every algorithm.
+        for name, key in (
+            ("env_steps", "charts/env_steps"),
+            ("SPS", "charts/SPS"),
+            ("return", "charts/episodic_return"),
+        ):
+            if key in metrics:
+                self.log(name, metrics[key], prog_bar=True, logger=False, on_step=True, on_epoch=False)
+
+    # -- Lightning hooks ------------------------------------------------------------------
+
+    def on_fit_start(self) -> None:
+        for message in _EXPECTED_WARNINGS:
+            warnings.filterwarnings("ignore", message=message)
+            self._warning_filters.append(warnings.filters[0])
+
+    def on_train_start(self) -> None:
+        self._last_log = (time.perf_counter(), self.env_steps)
+
+    def teardown(self, stage: str) -> None:
+        self._remove_warning_filters()
+
+    def on_exception(self, exception: BaseException) -> None:
+        self._remove_warning_filters()
+
+    def _remove_warning_filters(self) -> None:
+        for entry in self._warning_filters:
+            if entry in warnings.filters:
+                warnings.filters.remove(entry)
+        self._warning_filters.clear()
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    @classmethod
+    def algorithm_name(cls) -> str:
+        """The rl_lightning module class this class is (or derives from), e.g. ``"VPGModule"``."""
+        for klass in cls.__mro__:
+            if klass.__module__.startswith("rl_lightning.algos.") and klass is not RLModule:
+                return klass.__name__
+        return cls.__name__
+
+    def extra_checkpoint_state(self) -> dict[str, Any]:
+        """What the algorithm adds to the checkpoint payload (besides weights and sources)."""
+        return {}
+
+    def load_extra_checkpoint_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_checkpoint_state` saved."""
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = None if self.source is None else move_data_to_device(self.source.state_dict(), "cpu")
+        checkpoint[CHECKPOINT_KEY] = {
+            "algorithm": self.algorithm_name(),
+            "env_id": self.hparams.env_id,
+            "env_steps": self.env_steps,
+            "sources": self._gather(state) if self.source is not None else None,
+            **self.extra_checkpoint_state(),
+        }
+
+    def _gather(self, state: dict[str, Any] | None) -> list[dict[str, Any] | None]:
+        """Every rank's source state, indexed by rank. Lightning builds the checkpoint on every
+        rank and writes rank 0's, so the states are all-gathered (every rank calls this)."""
+        if self.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            states: list[dict[str, Any] | None] = [None] * self.world_size
+            torch.distributed.all_gather_object(states, state)
+            return states
+        return [state]
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.check_checkpoint(checkpoint)
+        payload = checkpoint.get(CHECKPOINT_KEY) or {}
+        self._start_env_steps = int(payload.get("env_steps", 0))
+        self._restored_sources = payload.get("sources")
+        self.source = None  # rebuilt (and restored) by train_dataloader
+        self.load_extra_checkpoint_state(payload)
+
+    def check_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Raise ``ValueError`` if ``checkpoint`` was saved by another algorithm, for another env
+        or with other network shapes."""
+        own = self.algorithm_name()
+        payload = checkpoint.get(CHECKPOINT_KEY)
+        saved = payload.get("algorithm") if isinstance(payload, dict) else None
+        if saved is not None and saved != own:
+            raise ValueError(
+                f"the checkpoint was saved by {saved} but is loaded into {own}: "
+                f"load it with {saved}.load_from_checkpoint(...) (or resume it with {saved})"
+            )
+        hparams = checkpoint.get("hyper_parameters", {})
+        env_id = hparams.get("env_id")
+        if env_id is not None and env_id != self.hparams.env_id:
+            raise ValueError(
+                f"the checkpoint was trained on env_id {env_id!r} but this {own} is built for {self.hparams.env_id!r}"
+            )
+        own_state = self.state_dict()
+        for name, tensor in checkpoint.get("state_dict", {}).items():
+            if name in own_state and tuple(own_state[name].shape) != tuple(tensor.shape):
+                raise ValueError(
+                    f"the checkpoint's {name} has shape {tuple(tensor.shape)} but this module's is "
+                    f"{tuple(own_state[name].shape)}: it was built with hidden_sizes={hparams.get('hidden_sizes')}, "
+                    f"this module with hidden_sizes={self.hparams.get('hidden_sizes')}"
+                )
+
+
+def _other_algorithms(action_kind: str) -> str:
+    """``": use X or Y"`` for the rl_lightning algorithms that support ``action_kind``."""
+    from rl_lightning import algos
+
+    names = [klass.__name__ for klass in algos.ALGORITHMS if action_kind in klass.action_kinds]
+    return f": use {' or '.join(names)}" if names else ""

@@ -1,0 +1,87 @@
+"""Episode statistics as gymnasium's ``RecordEpisodeStatistics`` keeps them, on the device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+class EpisodeTracker:
+    """Running return and length of every env's current episode, and the totals of the episodes
+    that finished since the last :meth:`pop`, all as tensors on the envs' device (no host sync).
+
+    ``charts/episodic_return`` and ``charts/episodic_length`` are the means of what :meth:`pop`
+    returns: every algorithm logs the same thing.
+
+    Args:
+        num_envs: envs tracked.
+        device: where the counters live.
+    """
+
+    def __init__(self, num_envs: int, device: torch.device | str = "cpu"):
+        self.num_envs = num_envs
+        self.returns = torch.zeros(num_envs, device=device)
+        self.lengths = torch.zeros(num_envs, device=device)
+        # [sum of returns, sum of lengths, number] of the episodes finished since the last pop
+        self.finished = torch.zeros(3, device=device)
+
+    def reset(self) -> None:
+        """Every env starts a new episode (``envs.reset()``): unfinished episodes are dropped."""
+        self.returns.zero_()
+        self.lengths.zero_()
+
+    def update(self, rewards: Tensor, dones: Tensor) -> None:
+        """Add one step ``(num_envs,)`` or a block of steps ``(num_envs, num_steps)`` of rewards and
+        episode ends (terminated | truncated)."""
+        if rewards.dim() == 1:
+            self._update_step(rewards.float(), dones)
+        else:
+            self._update_block(rewards.float(), dones.bool())
+
+    def _update_step(self, rewards: Tensor, dones: Tensor) -> None:
+        self.returns += rewards
+        self.lengths += 1
+        done = dones.float()
+        self.finished += torch.stack([self.returns @ done, self.lengths @ done, done.sum()])
+        keep = 1.0 - done
+        self.returns *= keep
+        self.lengths *= keep
+
+    def _update_block(self, rewards: Tensor, dones: Tensor) -> None:
+        # Cumulative return and length of each env's episode-so-far at every step, counted from
+        # the block's start plus the carry of the episode running into it...
+        num_steps = rewards.shape[1]
+        cum_returns = rewards.cumsum(dim=1) + self.returns.unsqueeze(1)
+        steps = torch.arange(1, num_steps + 1, device=rewards.device, dtype=torch.float32)
+        cum_lengths = steps + self.lengths.unsqueeze(1)
+        # ... minus their value at the last episode end strictly before the step.
+        index = torch.where(dones, torch.arange(num_steps, device=rewards.device), -1)
+        last_done = index.cummax(dim=1).values  # the latest end at or before each step (-1: none)
+        before = torch.nn.functional.pad(last_done[:, :-1], (1, 0), value=-1)
+
+        def since(cumulative: Tensor, position: Tensor) -> Tensor:
+            base = cumulative.gather(1, position.clamp(min=0))
+            return cumulative - torch.where(position >= 0, base, 0.0)
+
+        done = dones.float()
+        episode_returns, episode_lengths = since(cum_returns, before), since(cum_lengths, before)
+        self.finished += torch.stack([(episode_returns * done).sum(), (episode_lengths * done).sum(), done.sum()])
+        self.returns = since(cum_returns, last_done)[:, -1].clone()
+        self.lengths = since(cum_lengths, last_done)[:, -1].clone()
+
+    def pop(self) -> Tensor:
+        """``[sum of returns, sum of lengths, count]`` of the episodes finished since the last pop."""
+        finished = self.finished.clone()
+        self.finished.zero_()
+        return finished
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"returns": self.returns.clone(), "lengths": self.lengths.clone(), "finished": self.finished.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        device = self.returns.device
+        self.returns = state["returns"].to(device).clone()
+        self.lengths = state["lengths"].to(device).clone()
+        self.finished = state["finished"].to(device).clone()

@@ -1,0 +1,83 @@
+"""What every data source shares: the envs, the observation to act on next, a private generator
+for the policy's draws, the env-step counter and the episode tracker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils.data import IterableDataset
+
+from rl_lightning._checks import check_int, check_seed
+from rl_lightning.data.episodes import EpisodeTracker
+from rl_lightning.envs.base import VectorEnv
+
+
+class EnvSource(IterableDataset):
+    """Base of the data sources (``RolloutSource``, ``ReplaySource``): a torch ``IterableDataset``
+    that steps ``envs`` itself and has a length (items per epoch), so Lightning never prefetches.
+
+    ``env_steps`` counts the env steps of *all* processes (``num_envs * world_size`` per vectorised
+    step): every rank steps the same number of envs in lock-step, so each rank's counter holds the
+    run's total without a collective.
+
+    Args:
+        envs: the vector env (its device is the source's device).
+        seed: seed of the generator the policy draws its actions from.
+        world_size: processes each running their own source.
+        env_steps: env steps already taken (a resumed run).
+    """
+
+    def __init__(self, envs: VectorEnv, seed: int = 0, world_size: int = 1, env_steps: int = 0):
+        super().__init__()
+        if not isinstance(envs, VectorEnv):
+            raise TypeError(f"envs must be a rl_lightning VectorEnv (see make_envs), got {type(envs).__name__}")
+        self.envs = envs
+        self.device = envs.device
+        self.world_size = check_int("world_size", world_size, 1)
+        self.env_steps = check_int("env_steps", env_steps, 0)
+        self.generator = torch.Generator(device=self.device).manual_seed(check_seed("seed", seed))
+        self.episodes = EpisodeTracker(envs.num_envs, self.device)
+        self._obs: Tensor | None = None  # the envs are reset on the first step, not at construction
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def reset_envs(self) -> Tensor:
+        """Reset every env (their unfinished episodes are not counted) and return the first obs."""
+        self._obs, _ = self.envs.reset()
+        self.episodes.reset()
+        return self._obs
+
+    @property
+    def obs(self) -> Tensor:
+        """The observation the policy acts on next (the envs are reset on first use)."""
+        return self.reset_envs() if self._obs is None else self._obs
+
+    def count(self, vector_steps: int) -> None:
+        """Count ``vector_steps`` lock-step steps of every env of every process."""
+        self.env_steps += vector_steps * self.envs.num_envs * self.world_size
+
+    def state_dict(self) -> dict[str, Any]:
+        """Envs, generator, counters, the current obs and the running episodes: a restored source
+        continues exactly where this one is."""
+        return {
+            "envs": self.envs.state_dict(),
+            "generator": self.generator.get_state(),
+            "env_steps": self.env_steps,
+            "obs": None if self._obs is None else self._obs.clone(),
+            "episodes": self.episodes.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` of a source over the same env id and ``num_envs``."""
+        self.envs.load_state_dict(state["envs"])
+        self.generator.set_state(state["generator"])
+        self.env_steps = state["env_steps"]
+        self.episodes.load_state_dict(state["episodes"])
+        if self.envs.restorable:
+            self._obs = None if state["obs"] is None else state["obs"].to(self.device)
+        else:  # the envs restart fresh: so do their episodes
+            self._obs = None
+            self.episodes.reset()
