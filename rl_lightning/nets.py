@@ -95,18 +95,18 @@ class ImageEncoder(nn.Module):
     """The Nature-DQN CNN (32 8x8/4, 64 4x4/2, 64 3x3/1 convolutions, a 512-unit layer) for images
     of at least 36 pixels a side; two 3x3 convolutions (16, 32) for smaller images.
 
+    uint8 pixels are scaled to [0, 1]; float images are taken as they are.
+
     Args:
         obs_shape: ``(H, W, C)`` (channels last, gymnasium's layout) or ``(C, H, W)``.
-        scale: divide pixels by 255 (uint8 images).
     """
 
-    def __init__(self, obs_shape: Sequence[int], scale: bool = True):
+    def __init__(self, obs_shape: Sequence[int]):
         super().__init__()
         if len(obs_shape) != 3:
             raise ValueError(f"an image observation must be (H, W, C) or (C, H, W), got {tuple(obs_shape)}")
         self.channels_last = obs_shape[-1] in _IMAGE_CHANNELS
         channels, height, width = (obs_shape[2], *obs_shape[:2]) if self.channels_last else tuple(obs_shape)
-        self.scale = scale
         if min(height, width) >= _NATURE_MIN_SIZE:
             convs = [(32, 8, 4), (64, 4, 2), (64, 3, 1)]
         else:
@@ -125,9 +125,8 @@ class ImageEncoder(nn.Module):
     def forward(self, obs: Tensor) -> Tensor:
         """``(*batch, *obs_shape)`` -> ``(*batch, 512)``."""
         batch_shape = obs.shape[:-3]
-        pixels = obs.reshape(-1, *self.obs_shape).float()
-        if self.scale:
-            pixels = pixels / 255.0
+        pixels = obs.reshape(-1, *self.obs_shape)
+        pixels = pixels.float() / 255.0 if pixels.dtype == torch.uint8 else pixels.float()
         if self.channels_last:
             pixels = pixels.permute(0, 3, 1, 2)
         return self.linear(self.convs(pixels)).reshape(*batch_shape, self.num_features)
@@ -149,7 +148,7 @@ def make_encoder(
         return network, _num_features(network, observation_space)
     hidden_sizes = check_sizes("hidden_sizes", hidden_sizes)
     if is_image_space(observation_space):
-        encoder: nn.Module = ImageEncoder(obs_shape, scale=observation_space.dtype == np.uint8)
+        encoder: nn.Module = ImageEncoder(obs_shape)
     else:
         encoder = VectorEncoder(obs_shape, hidden_sizes)
     return encoder, encoder.num_features

@@ -23,10 +23,10 @@ DQN_PROBE_UPDATES = 600
 DQN_PROBE_LEARNING_STARTS = 100
 
 
-def vpg_probe_module(probe: int) -> VPGModule:
+def vpg_probe_module(probe: int, env_id: str | None = None) -> VPGModule:
     """Short rollouts of one-step episodes, raw returns (one update per 4 x 16 env steps)."""
     return VPGModule(
-        env_id=f"Probe{probe}-v0",
+        env_id=env_id or f"Probe{probe}-v0",
         num_envs=4,
         num_steps_per_rollout=16,
         lr=5e-3,
@@ -36,10 +36,10 @@ def vpg_probe_module(probe: int) -> VPGModule:
     )
 
 
-def dqn_probe_module(probe: int) -> DQNModule:
+def dqn_probe_module(probe: int, env_id: str | None = None) -> DQNModule:
     """One update per vectorised step of 4 envs after 100 random steps."""
     return DQNModule(
-        env_id=f"Probe{probe}-v0",
+        env_id=env_id or f"Probe{probe}-v0",
         num_envs=4,
         buffer_size=500,
         batch_size=128,

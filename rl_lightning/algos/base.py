@@ -90,7 +90,7 @@ class RLModule(L.LightningModule):
         self._start_env_steps = 0  # env steps before the source exists (from a checkpoint)
         self._restored_sources: list[dict[str, Any] | None] | None = None
         self._last_log: tuple[float, int] | None = None  # (time, env_steps) for SPS
-        self._warning_filters: list[tuple] = []
+        self._warnings_scope: warnings.catch_warnings | None = None  # during fit
 
     # -- what a subclass provides ----------------------------------------------------------
 
@@ -241,9 +241,11 @@ class RLModule(L.LightningModule):
     # -- Lightning hooks ------------------------------------------------------------------
 
     def on_fit_start(self) -> None:
-        for message in _EXPECTED_WARNINGS:
-            warnings.filterwarnings("ignore", message=message)
-            self._warning_filters.append(warnings.filters[0])
+        if self._warnings_scope is None:
+            self._warnings_scope = warnings.catch_warnings()
+            self._warnings_scope.__enter__()
+            for message in _EXPECTED_WARNINGS:
+                warnings.filterwarnings("ignore", message=message)
 
     def on_train_start(self) -> None:
         self._last_log = (time.perf_counter(), self.env_steps)
@@ -255,10 +257,9 @@ class RLModule(L.LightningModule):
         self._remove_warning_filters()
 
     def _remove_warning_filters(self) -> None:
-        for entry in self._warning_filters:
-            if entry in warnings.filters:
-                warnings.filters.remove(entry)
-        self._warning_filters.clear()
+        if self._warnings_scope is not None:
+            self._warnings_scope.__exit__(None, None, None)
+            self._warnings_scope = None
 
     # -- checkpoints ----------------------------------------------------------------------
 

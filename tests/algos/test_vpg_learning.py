@@ -55,3 +55,37 @@ def test_vpg_solves_cartpole_mean_first_episode_return_475_within_default_budget
     _fit(VPGModule(seed=1), max_steps=50, callbacks=[stopper])
     assert max(stopper.returns) >= 475.0, stopper.returns
     assert stopper.returns[0] < 100  # it started from a random policy
+
+
+@pytest.mark.parametrize(
+    ("env_id", "obs", "targets"),
+    [
+        ("ContinuousProbe1-v0", [[0.0]], [[0.5]]),
+        ("ContinuousProbe2-v0", [[-1.0], [1.0]], [[-0.5, 0.5], [0.5, -0.5]]),
+    ],
+)
+def test_vpg_learns_the_continuous_probes_mean_action_within_0_05(env_id, obs, targets):
+    """A Gaussian policy (state-independent log-std) on one-step episodes with reward
+    -|a - target(obs)|^2: after 300 updates of 64 x 8 env steps the mean action is within 0.05 of
+    the target in every dimension and the std has shrunk below 0.1 (from 1)."""
+    module = VPGModule(env_id=env_id, num_envs=64, num_steps_per_rollout=8, lr=1e-2, seed=0)
+    _fit(module, max_steps=300)
+    with torch.no_grad():
+        mean = module.policy_network(torch.tensor(obs))
+    torch.testing.assert_close(mean, torch.tensor(targets), atol=0.05, rtol=0)
+    assert module.policy_network.head.log_std.exp().max() < 0.1
+    greedy = module.act(torch.tensor(obs), greedy=True)
+    assert torch.equal(greedy, mean)
+
+
+def test_vpg_learns_image_probe5_through_the_cnn_within_1e_3():
+    """ImageProbe5 (Probe5 as a 36x36 RGB image): action = the lit half, probabilities within 1e-3."""
+    from rl_lightning.envs.probes import ImageProbe5
+    from rl_lightning.nets import ImageEncoder
+
+    module = vpg_probe_module(5, env_id="ImageProbe5-v0")
+    assert isinstance(module.policy_network.encoder, ImageEncoder)
+    _fit(module, max_steps=100)
+    with torch.no_grad():
+        probs = module.policy_network(ImageProbe5._image(torch.tensor([[0.0], [1.0]]))).softmax(-1)
+    torch.testing.assert_close(probs, torch.tensor([[1.0, 0.0], [0.0, 1.0]]), atol=1e-3, rtol=0)

@@ -1,0 +1,155 @@
+"""Encoders, policy heads and the two networks (rl_lightning/nets.py)."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from rl_lightning.nets import (
+    CategoricalHead,
+    GaussianHead,
+    ImageEncoder,
+    PolicyNetwork,
+    QNetwork,
+    VectorEncoder,
+    make_encoder,
+    sample_categorical,
+)
+from rl_lightning.seeding import seeded
+
+
+def test_categorical_head_matches_torch_distributions():
+    head = CategoricalHead(3, 4)
+    logits = torch.randn(5, 4)
+    actions = torch.tensor([0, 1, 2, 3, 1])
+    reference = torch.distributions.Categorical(logits=logits)
+    torch.testing.assert_close(head.log_prob(logits, actions), reference.log_prob(actions))
+    torch.testing.assert_close(head.entropy(logits), reference.entropy())
+    assert torch.equal(head.mode(logits), logits.argmax(-1))
+
+
+def test_gaussian_head_matches_torch_distributions():
+    head = GaussianHead(3, (2,))
+    with torch.no_grad():
+        head.log_std.copy_(torch.tensor([-0.5, 0.3]))
+    mean = torch.randn(5, 2)
+    actions = torch.randn(5, 2)
+    reference = torch.distributions.Normal(mean, head.log_std.exp())
+    torch.testing.assert_close(head.log_prob(mean, actions), reference.log_prob(actions).sum(-1))
+    torch.testing.assert_close(head.entropy(mean), reference.entropy().sum(-1))
+    assert torch.equal(head.mode(mean), mean)
+    sampled, logprobs = head.sample(mean, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(logprobs, reference.log_prob(sampled).sum(-1))
+
+
+def test_gaussian_samples_have_the_heads_mean_and_std_and_a_generator_repeats_them():
+    head = GaussianHead(1, (3,), log_std_init=np.log(0.5))
+    mean = torch.tensor([1.0, -2.0, 0.0]).expand(20_000, 3)
+    actions, _ = head.sample(mean, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(actions.mean(0), mean[0], atol=0.02, rtol=0)
+    torch.testing.assert_close(actions.std(0), torch.full((3,), 0.5), atol=0.01, rtol=0)
+    again, _ = head.sample(mean, torch.Generator().manual_seed(1))
+    assert torch.equal(actions, again)
+
+
+def test_gaussian_head_keeps_multi_dimensional_action_shapes():
+    head = GaussianHead(6, (2, 3))
+    mean = head(torch.randn(4, 7, 6))
+    assert mean.shape == (4, 7, 2, 3)
+    actions, logprobs = head.sample(mean)
+    assert actions.shape == (4, 7, 2, 3) and logprobs.shape == (4, 7)
+    assert head.entropy(mean).shape == (4, 7)
+
+
+def test_categorical_sampling_follows_the_softmax():
+    logits = torch.log(torch.tensor([0.2, 0.5, 0.3])).expand(30_000, 3)
+    actions, logprobs = sample_categorical(logits, torch.Generator().manual_seed(0))
+    frequencies = torch.bincount(actions, minlength=3).float() / 30_000
+    torch.testing.assert_close(frequencies, torch.tensor([0.2, 0.5, 0.3]), atol=0.01, rtol=0)
+    torch.testing.assert_close(logprobs, torch.log(torch.tensor([0.2, 0.5, 0.3]))[actions])
+
+
+def test_default_policy_is_the_120_84_mlp_with_the_same_init_as_a_plain_stack():
+    """The defaults stay the (120, 84) MLP: built in the same order, so a seed gives the same weights."""
+    with seeded(3):
+        policy = PolicyNetwork((4,), 2)
+    with seeded(3):
+        plain = [nn.Linear(4, 120), nn.Linear(120, 84), nn.Linear(84, 2)]
+    ours = [policy.encoder.layers[0], policy.encoder.layers[2], policy.head.linear]
+    for a, b in zip(ours, plain, strict=True):
+        assert torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)
+    assert sum(p.numel() for p in QNetwork((4,), 2).parameters()) == 10_934
+
+
+def test_policy_network_for_a_box_space_is_gaussian_and_samples_unclipped_actions():
+    policy = PolicyNetwork(gym.spaces.Box(-1, 1, (1,)), gym.spaces.Box(-1.0, 1.0, (2,), dtype=np.float32))
+    assert isinstance(policy.head, GaussianHead)
+    obs = torch.zeros(5000, 1)
+    with torch.no_grad():
+        policy.head.log_std.fill_(1.0)
+        actions, logprobs = policy.sample(obs)
+    assert actions.shape == (5000, 2) and actions.abs().max() > 1.0  # the env clips, not the policy
+    torch.testing.assert_close(policy.log_prob(obs, actions).detach(), logprobs)
+    assert torch.equal(policy.act(obs, greedy=True), policy(obs))
+
+
+def test_vector_encoder_flattens_any_observation_shape():
+    encoder = VectorEncoder((2, 3), hidden_sizes=(8,))
+    assert encoder(torch.randn(5, 7, 2, 3)).shape == (5, 7, 8)
+    assert VectorEncoder((4,), hidden_sizes=()).num_features == 4
+
+
+@pytest.mark.parametrize(
+    ("obs_shape", "first_conv"),
+    [((36, 36, 3), (32, 3, 8)), ((4, 84, 84), (32, 4, 8)), ((8, 8, 1), (16, 1, 3))],
+    ids=["nature-hwc", "nature-chw-atari", "small-hwc"],
+)
+def test_image_encoder_layouts_and_sizes(obs_shape, first_conv):
+    encoder = ImageEncoder(obs_shape)
+    conv = encoder.convs[0]
+    assert (conv.out_channels, conv.in_channels, conv.kernel_size[0]) == first_conv
+    pixels = torch.randint(0, 256, (2, 5, *obs_shape), dtype=torch.uint8)
+    assert encoder(pixels).shape == (2, 5, 512)
+
+
+def test_image_encoder_scales_uint8_pixels_to_unit_range():
+    encoder = ImageEncoder((8, 8, 1))
+    white = torch.full((1, 8, 8, 1), 255, dtype=torch.uint8)
+    torch.testing.assert_close(encoder(white), encoder(torch.ones(1, 8, 8, 1)))
+
+
+def test_make_encoder_picks_a_cnn_for_images_and_an_mlp_otherwise():
+    image_space = gym.spaces.Box(0, 255, (36, 36, 3), dtype=np.uint8)
+    assert isinstance(make_encoder(image_space)[0], ImageEncoder)
+    assert isinstance(make_encoder(gym.spaces.Box(-1, 1, (6,)))[0], VectorEncoder)
+
+
+def test_a_custom_network_is_used_as_the_encoder_and_its_width_is_measured():
+    network = nn.Sequential(nn.Linear(4, 7), nn.Tanh())
+    policy = PolicyNetwork((4,), 3, network=network)
+    assert policy.encoder is network and policy.head.linear.in_features == 7
+    q_network = QNetwork((4,), 3, network=nn.Sequential(nn.Linear(4, 5)))
+    assert q_network(torch.zeros(2, 4)).shape == (2, 3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (dict(network="mlp"), TypeError, "network must be a torch.nn.Module"),
+        (dict(network=nn.Flatten(0)), ValueError, "network must map observations"),
+        (dict(hidden_sizes=(2.5, 3)), TypeError, "hidden_sizes"),
+        (dict(hidden_sizes=(0,)), ValueError, "hidden_sizes"),
+        (dict(hidden_sizes="64"), TypeError, "hidden_sizes"),
+    ],
+)
+def test_bad_network_arguments_raise(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        PolicyNetwork((4,), 2, **kwargs)
+
+
+def test_a_q_network_needs_discrete_actions():
+    with pytest.raises(ValueError, match="Discrete"):
+        QNetwork((4,), gym.spaces.Box(-1, 1, (2,)))
+    with pytest.raises(ValueError, match="MultiBinary"):
+        PolicyNetwork((4,), gym.spaces.MultiBinary(3))
