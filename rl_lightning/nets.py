@@ -88,7 +88,7 @@ class VectorEncoder(nn.Module):
         """``(*batch, *obs_shape)`` -> ``(*batch, num_features)``."""
         if self.obs_rank != 1:
             obs = obs.flatten(start_dim=obs.dim() - self.obs_rank)
-        return self.layers(obs.float())
+        return self.layers(obs if obs.dtype == torch.float32 else obs.float())
 
 
 class ImageEncoder(nn.Module):

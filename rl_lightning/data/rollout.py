@@ -218,11 +218,12 @@ class RolloutSource(EnvSource):
         self.rollout.reset()
         was_training = self.policy.training
         self.policy.eval()
+        sample, step, add_step, generator = self.policy.sample, self.envs.step, self.rollout.add_step, self.generator
         for _ in range(self.num_steps):
-            actions, logprobs = self.policy.sample(obs, self.generator)
-            next_obs, rewards, terminated, truncated, _ = self.envs.step(actions)
+            actions, logprobs = sample(obs, generator)
+            next_obs, rewards, terminated, truncated, _ = step(actions)
             # An episode boundary is either flag: the env auto-reset on both.
-            self.rollout.add_step(obs, actions, logprobs, rewards, terminated | truncated)
+            add_step(obs, actions, logprobs, rewards, terminated | truncated)
             obs = next_obs
         self.policy.train(was_training)
         self._obs = obs

@@ -118,6 +118,7 @@ class VectorEnv:
             self.action_dtype = torch.float32
             self._action_low = torch.as_tensor(action_space.low, dtype=torch.float32, device=self.device)
             self._action_high = torch.as_tensor(action_space.high, dtype=torch.float32, device=self.device)
+        self._actions_shape = (num_envs, *self.action_shape)
         #: Check action values on every step (True on the CPU, where it costs no device sync).
         self.check_action_values = self.device.type == "cpu"
         self._checked_once = False
@@ -241,11 +242,10 @@ class VectorEnv:
         """Type, shape, dtype and device every step (no device sync); values where it is cheap."""
         if not isinstance(actions, Tensor):
             raise TypeError(f"actions must be a torch.Tensor, got {type(actions).__name__}")
-        expected = (self.num_envs, *self.action_shape)
-        if actions.shape != expected:
+        if actions.shape != self._actions_shape:
             raise ValueError(
-                f"actions must have shape {expected} (one {'index' if self.num_actions else 'action'} per env), "
-                f"got {tuple(actions.shape)}"
+                f"actions must have shape {self._actions_shape} (one {'index' if self.num_actions else 'action'} "
+                f"per env), got {tuple(actions.shape)}"
             )
         if self.action_kind == "discrete" and actions.dtype not in _INTEGER_DTYPES:
             raise TypeError(f"actions must have an integer dtype for a Discrete action space, got {actions.dtype}")
