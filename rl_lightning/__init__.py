@@ -1,6 +1,6 @@
 """rl_lightning: reinforcement learning written as ordinary PyTorch Lightning."""
 
-from rl_lightning.algos import DQNModule, RLModule, VPGModule
+from rl_lightning.algos import DQNModule, PPOModule, RLModule, VPGModule
 from rl_lightning.envs import CartPole, VectorEnv, make_envs, register, registered_env_ids
 from rl_lightning.nets import PolicyNetwork, QNetwork
 
@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CartPole",
     "DQNModule",
+    "PPOModule",
     "PolicyNetwork",
     "QNetwork",
     "RLModule",

@@ -122,3 +122,119 @@ def compute_td_loss(q_values: Tensor, td_targets: Tensor, loss: str = "mse") -> 
     if loss == "huber":
         return F.smooth_l1_loss(q_values.float(), td_targets.float())
     raise ValueError(f"loss must be 'mse' or 'huber', got {loss!r}")
+
+
+# -- actor-critic (PPO) ----------------------------------------------------------------------
+
+
+def compute_gae(
+    rewards: Tensor,
+    values: Tensor,
+    dones: Tensor,
+    gamma: float,
+    lam: float,
+    terminated: Tensor | None = None,
+    final_values: Tensor | None = None,
+) -> Tensor:
+    """Generalized advantage estimates, in the seeds' layout (``rollout.py``'s ``advantages``):
+    ``values`` and ``dones`` are one step longer than ``rewards``, and ``dones[:, t]`` says that
+    the observation at t starts a new episode, so step t ended one where ``dones[:, t + 1]``.
+
+        delta_t = r_t + gamma * bootstrap_t - V(s_t)
+        A_t     = delta_t + gamma * lam * (1 - dones[:, t + 1]) * A_{t+1}
+
+    Without ``terminated`` every episode end is terminal (the seed's convention): bootstrap_t is
+    ``V(s_{t+1})``, or 0 where the episode ended. With ``terminated`` and ``final_values`` a time
+    limit is not a terminal state: where step t ended an episode by truncation the bootstrap is
+    ``final_values[:, t]`` (the value of ``info["final_observation"]``, the state the episode
+    really reached), not 0 and not the next episode's first value; 0 only where it terminated. The
+    trace is cut at every episode end either way.
+
+    Args:
+        rewards: ``(num_envs, num_steps)``.
+        values: ``(num_envs, num_steps + 1)``: V of every observation, the last for bootstrapping.
+        dones: bool ``(num_envs, num_steps + 1)``.
+        gamma, lam: discount and GAE lambda in [0, 1].
+        terminated: bool ``(num_envs, num_steps)``, the steps that ended an episode by termination.
+        final_values: ``(num_envs, num_steps)``, V of the final observation of each step (used where
+            a step ended an episode without terminating).
+
+    Returns:
+        float32 ``(num_envs, num_steps)``; returns for the value loss are ``advantages + values[:, :-1]``.
+    """
+    num_envs, num_steps = rewards.shape
+    if values.shape != (num_envs, num_steps + 1) or dones.shape != (num_envs, num_steps + 1):
+        raise ValueError(
+            f"values and dones must be (num_envs, num_steps + 1) = {(num_envs, num_steps + 1)}, "
+            f"got {tuple(values.shape)} and {tuple(dones.shape)}"
+        )
+    if (terminated is None) != (final_values is None):
+        raise ValueError("terminated and final_values go together: pass both or neither")
+    rewards, values = rewards.float(), values.float()
+    ended = dones[:, 1:].bool()
+    if terminated is None:
+        bootstrap = torch.where(ended, 0.0, values[:, 1:])
+    else:
+        bootstrap = torch.where(ended, torch.where(terminated.bool(), 0.0, final_values.float()), values[:, 1:])
+    deltas = rewards + gamma * bootstrap - values[:, :-1]
+    decay = (~ended).float() * (gamma * lam)
+    advantages = torch.empty_like(deltas)
+    running = torch.zeros_like(deltas[:, 0])
+    for t in range(num_steps - 1, -1, -1):
+        running = torch.addcmul(deltas[:, t], decay[:, t], running)
+        advantages[:, t] = running
+    return advantages
+
+
+def normalize_advantages(advantages: Tensor, eps: float = 1e-8) -> Tensor:
+    """Zero mean, unit standard deviation over the minibatch."""
+    return (advantages - advantages.mean()) / (advantages.std() + eps)
+
+
+def compute_ppo_policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, clip_coef: float) -> Tensor:
+    """The clipped surrogate objective as a loss to minimise:
+    mean(max(-A * r, -A * clip(r, 1 - clip_coef, 1 + clip_coef))), r = pi / pi_old."""
+    ratio = torch.exp(logprobs.float() - old_logprobs.float())
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)
+    return torch.max(unclipped, clipped).mean()
+
+
+def compute_ppo_value_loss(
+    values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: float | None = None
+) -> Tensor:
+    """0.5 * mean squared error to the returns; with ``clip_coef`` the new value may move at most
+    ``clip_coef`` from the value at collection, and the larger of the two errors counts."""
+    values, returns = values.float(), returns.float()
+    unclipped = (values - returns).square()
+    if clip_coef is None:
+        return 0.5 * unclipped.mean()
+    clipped_values = old_values.float() + (values - old_values.float()).clamp(-clip_coef, clip_coef)
+    return 0.5 * torch.max(unclipped, (clipped_values - returns).square()).mean()
+
+
+def compute_ppo_loss(
+    policy_loss: Tensor, value_loss: Tensor, entropy: Tensor, vf_coef: float, ent_coef: float
+) -> Tensor:
+    """policy_loss + vf_coef * value_loss - ent_coef * mean entropy (the entropy bonus)."""
+    return policy_loss + vf_coef * value_loss - ent_coef * entropy.float().mean()
+
+
+def compute_approx_kl(logprobs: Tensor, old_logprobs: Tensor) -> Tensor:
+    """KL(pi_old || pi) estimated as mean((r - 1) - log r) (Schulman's low-variance estimator)."""
+    log_ratio = logprobs.float() - old_logprobs.float()
+    return (torch.expm1(log_ratio) - log_ratio).mean()
+
+
+def compute_clip_fraction(logprobs: Tensor, old_logprobs: Tensor, clip_coef: float) -> Tensor:
+    """The fraction of samples whose ratio lies outside [1 - clip_coef, 1 + clip_coef]."""
+    ratio = torch.exp(logprobs.float() - old_logprobs.float())
+    return ((ratio - 1.0).abs() > clip_coef).float().mean()
+
+
+def compute_explained_variance(values: Tensor, returns: Tensor) -> Tensor:
+    """1 - Var(returns - values) / Var(returns): 1 for a perfect critic, 0 for a constant one
+    (NaN when the returns do not vary)."""
+    values, returns = values.float().flatten(), returns.float().flatten()
+    variance = returns.var(unbiased=False)
+    return 1.0 - (returns - values).var(unbiased=False) / variance

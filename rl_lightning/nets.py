@@ -13,6 +13,7 @@ networks the algorithms are built from (``PolicyNetwork``, ``QNetwork``).
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rl_lightning._checks import check_sizes
+from rl_lightning._checks import check_choice, check_sizes
 from rl_lightning.envs.base import space_kind
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -32,12 +33,19 @@ _NATURE_MIN_SIZE = 36
 _IMAGE_CHANNELS = (1, 3, 4)
 
 
-def mlp(in_features: int, hidden_sizes: Sequence[int], out_features: int | None = None) -> nn.Sequential:
-    """Linear-ReLU per hidden size, then (if ``out_features``) a last Linear without activation."""
+#: The hidden-layer activations by name (``activation="tanh"``).
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
+
+
+def mlp(
+    in_features: int, hidden_sizes: Sequence[int], out_features: int | None = None, activation: str = "relu"
+) -> nn.Sequential:
+    """Linear-activation per hidden size, then (if ``out_features``) a last Linear without activation."""
+    check_choice("activation", activation, ACTIVATIONS)
     sizes = [in_features, *hidden_sizes]
     layers: list[nn.Module] = []
     for fan_in, fan_out in itertools.pairwise(sizes):
-        layers += [nn.Linear(fan_in, fan_out), nn.ReLU()]
+        layers += [nn.Linear(fan_in, fan_out), ACTIVATIONS[activation]()]
     if out_features is not None:
         layers.append(nn.Linear(sizes[-1], out_features))
     return nn.Sequential(*layers)
@@ -71,17 +79,18 @@ def is_image_space(space: gym.spaces.Box) -> bool:
 
 
 class VectorEncoder(nn.Module):
-    """Flatten the observation, then Linear-ReLU layers of ``hidden_sizes``.
+    """Flatten the observation, then Linear-activation layers of ``hidden_sizes``.
 
     Args:
         obs_shape: shape of one observation.
         hidden_sizes: widths of the hidden layers (empty: the flat observation is the feature).
+        activation: ``"relu"`` or ``"tanh"``.
     """
 
-    def __init__(self, obs_shape: Sequence[int], hidden_sizes: Sequence[int] = (120, 84)):
+    def __init__(self, obs_shape: Sequence[int], hidden_sizes: Sequence[int] = (120, 84), activation: str = "relu"):
         super().__init__()
         self.obs_rank = len(obs_shape)
-        self.layers = mlp(math.prod(obs_shape), hidden_sizes)
+        self.layers = mlp(math.prod(obs_shape), hidden_sizes, activation=activation)
         self.num_features = hidden_sizes[-1] if hidden_sizes else math.prod(obs_shape)
 
     def forward(self, obs: Tensor) -> Tensor:
@@ -133,13 +142,16 @@ class ImageEncoder(nn.Module):
 
 
 def make_encoder(
-    observation_space: gym.spaces.Box, hidden_sizes: Sequence[int] = (120, 84), network: nn.Module | None = None
+    observation_space: gym.spaces.Box,
+    hidden_sizes: Sequence[int] = (120, 84),
+    network: nn.Module | None = None,
+    activation: str = "relu",
 ) -> tuple[nn.Module, int]:
     """The encoder for ``observation_space`` and its number of features.
 
     ``network`` (any ``nn.Module`` mapping ``(batch, *obs_shape)`` to ``(batch, num_features)``)
     is used as given; otherwise images get an :class:`ImageEncoder`, anything else a
-    :class:`VectorEncoder` of ``hidden_sizes``.
+    :class:`VectorEncoder` of ``hidden_sizes`` and ``activation``.
     """
     obs_shape = tuple(observation_space.shape)
     if network is not None:
@@ -150,7 +162,7 @@ def make_encoder(
     if is_image_space(observation_space):
         encoder: nn.Module = ImageEncoder(obs_shape)
     else:
-        encoder = VectorEncoder(obs_shape, hidden_sizes)
+        encoder = VectorEncoder(obs_shape, hidden_sizes, activation)
     return encoder, encoder.num_features
 
 
@@ -257,6 +269,7 @@ class PolicyNetwork(nn.Module):
         action_space: ``Discrete`` (or an int n) -> categorical; ``Box`` -> diagonal Gaussian.
         hidden_sizes: widths of the default MLP encoder's hidden layers.
         network: your own encoder (observations -> features) instead of the default.
+        activation: the default MLP's activation, ``"relu"`` or ``"tanh"``.
     """
 
     def __init__(
@@ -265,10 +278,11 @@ class PolicyNetwork(nn.Module):
         action_space: gym.spaces.Discrete | gym.spaces.Box | int,
         hidden_sizes: Sequence[int] = (120, 84),
         network: nn.Module | None = None,
+        activation: str = "relu",
     ):
         super().__init__()
         observation_space, action_space = as_observation_space(observation_space), as_action_space(action_space)
-        self.encoder, num_features = make_encoder(observation_space, hidden_sizes, network)
+        self.encoder, num_features = make_encoder(observation_space, hidden_sizes, network, activation)
         if space_kind(action_space) == "discrete":
             self.head: CategoricalHead | GaussianHead = CategoricalHead(num_features, int(action_space.n))
         else:
@@ -288,6 +302,11 @@ class PolicyNetwork(nn.Module):
 
     def entropy(self, obs: Tensor) -> Tensor:
         return self.head.entropy(self(obs))
+
+    def log_prob_and_entropy(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+        """log pi(actions | obs) and the entropy, from one forward pass."""
+        params = self(obs)
+        return self.head.log_prob(params, actions), self.head.entropy(params)
 
     def act(self, obs: Tensor, greedy: bool = False, generator: torch.Generator | None = None) -> Tensor:
         """The most likely action (argmax / mean) if ``greedy``, else a sampled one."""
@@ -323,3 +342,104 @@ class QNetwork(nn.Module):
     def forward(self, obs: Tensor) -> Tensor:
         """``(*batch, *obs_shape)`` -> Q-values ``(*batch, num_actions)``."""
         return self.head(self.encoder(obs))
+
+
+class ValueNetwork(nn.Module):
+    """A state-value function V(obs): an encoder and a Linear layer to one value.
+
+    Args:
+        observation_space: a ``Box`` (or an observation shape, taken as float32).
+        hidden_sizes: widths of the default MLP encoder's hidden layers.
+        network: your own encoder (observations -> features) instead of the default.
+        activation: the default MLP's activation, ``"relu"`` or ``"tanh"``.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.spaces.Box | Sequence[int],
+        hidden_sizes: Sequence[int] = (64, 64),
+        network: nn.Module | None = None,
+        activation: str = "relu",
+    ):
+        super().__init__()
+        self.encoder, num_features = make_encoder(
+            as_observation_space(observation_space), hidden_sizes, network, activation
+        )
+        self.head = nn.Linear(num_features, 1)
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """``(*batch, *obs_shape)`` -> float32 values ``(*batch,)``."""
+        return self.head(self.encoder(obs)).squeeze(-1).float()
+
+
+def orthogonal_init(module: nn.Module, gain: float = math.sqrt(2)) -> None:
+    """Orthogonal weights with ``gain`` and zero biases for every Linear and Conv2d layer of
+    ``module`` (the common PPO implementations' init: sqrt(2) hidden, 0.01 policy head, 1 value head)."""
+    for layer in module.modules():
+        if isinstance(layer, (nn.Linear, nn.Conv2d)):
+            nn.init.orthogonal_(layer.weight, gain)
+            nn.init.zeros_(layer.bias)
+
+
+class ActorCritic(nn.Module):
+    """A policy and a state-value function, with separate encoders or one shared trunk.
+
+    Args:
+        observation_space: a ``Box`` (or an observation shape, taken as float32).
+        action_space: ``Discrete`` -> categorical policy; ``Box`` -> diagonal Gaussian.
+        hidden_sizes: widths of the default MLP encoders' hidden layers.
+        shared_encoder: one encoder for both heads (one forward pass); else one each.
+        network: your own encoder (observations -> features) for the actor; the critic gets a deep
+            copy of it, or shares it with ``shared_encoder``.
+        activation: the default MLP's activation, ``"relu"`` or ``"tanh"``.
+        orthogonal: the common PPO init: orthogonal weights (gain sqrt(2) in the encoders, 0.01
+            for the policy head, 1 for the value head), zero biases.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.spaces.Box | Sequence[int],
+        action_space: gym.spaces.Discrete | gym.spaces.Box | int,
+        hidden_sizes: Sequence[int] = (64, 64),
+        shared_encoder: bool = False,
+        network: nn.Module | None = None,
+        activation: str = "tanh",
+        orthogonal: bool = True,
+    ):
+        super().__init__()
+        self.shared_encoder = shared_encoder
+        self.actor = PolicyNetwork(observation_space, action_space, hidden_sizes, network, activation)
+        critic_network = None if network is None or shared_encoder else copy.deepcopy(network)
+        self.critic = ValueNetwork(observation_space, hidden_sizes, critic_network, activation)
+        if shared_encoder:
+            self.critic.encoder = self.actor.encoder
+        if orthogonal:
+            if network is None:
+                orthogonal_init(self.actor.encoder)
+                orthogonal_init(self.critic.encoder)
+            orthogonal_init(self.actor.head, gain=0.01)
+            orthogonal_init(self.critic.head, gain=1.0)
+
+    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """The policy's distribution parameters and the values ``(*batch,)`` of ``obs``."""
+        if self.shared_encoder:
+            features = self.actor.encoder(obs)
+            return self.actor.head(features), self.critic.head(features).squeeze(-1).float()
+        return self.actor(obs), self.critic(obs)
+
+    def sample(self, obs: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Sampled actions, their log-probabilities and the values of ``obs``."""
+        params, values = self(obs)
+        actions, logprobs = self.actor.head.sample(params, generator)
+        return actions, logprobs, values
+
+    def evaluate(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """log pi(actions | obs), the policy's entropy and V(obs), differentiable."""
+        params, values = self(obs)
+        return self.actor.head.log_prob(params, actions), self.actor.head.entropy(params), values
+
+    def value(self, obs: Tensor) -> Tensor:
+        return self.critic(obs)
+
+    def act(self, obs: Tensor, greedy: bool = False, generator: torch.Generator | None = None) -> Tensor:
+        return self.actor.act(obs, greedy, generator)

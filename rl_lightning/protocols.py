@@ -29,6 +29,10 @@ class RLModuleProtocol(Protocol):
     def env_steps(self) -> int:
         """Environment steps taken so far by all processes together."""
 
+    @property
+    def env_steps_before_batch(self) -> int:
+        """``env_steps`` before the data of the current training step was collected."""
+
     def planned_env_steps(self, optimizer_steps: int) -> int:
         """Env steps (all processes) of a run of ``optimizer_steps`` optimizer steps."""
 

@@ -15,6 +15,7 @@ class FakeModule:
         self.hparams = SimpleNamespace(env_id="Probe1-v0")
         self.device = torch.device("cpu")
         self.env_steps = env_steps
+        self.env_steps_before_batch = env_steps
         self.env_steps_per_training_step = env_steps_per_training_step
         self.epsilon = epsilon
         self.q_network = q_network

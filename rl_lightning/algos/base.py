@@ -122,6 +122,12 @@ class RLModule(L.LightningModule):
         """Environment steps taken so far by all processes together."""
         return self.source.env_steps if self.source is not None else self._start_env_steps
 
+    @property
+    def env_steps_before_batch(self) -> int:
+        """``env_steps`` before the data of the current training step was collected (a rollout's
+        minibatches share its value): the clock of per-update schedules such as the LR's."""
+        return self.source.env_steps_before_batch if self.source is not None else self._start_env_steps
+
     def planned_env_steps(self, optimizer_steps: int) -> int:
         """Env steps (all processes) of a run of ``optimizer_steps`` optimizer steps, warm-up included."""
         return self.warmup_env_steps() + round(optimizer_steps * self.env_steps_per_training_step)
@@ -237,6 +243,36 @@ class RLModule(L.LightningModule):
         ):
             if key in metrics:
                 self.log(name, metrics[key], prog_bar=True, logger=False, on_step=True, on_epoch=False)
+
+    # -- optimisation ---------------------------------------------------------------------
+
+    def use_fused_adam(self) -> bool:
+        """Whether Adam can be the fused kernel (~0.25 ms faster per step for these tiny nets).
+
+        Under a GradScaler (16-mixed) a fused Adam unscales inside its step, too late to clip the
+        gradient norm (``max_grad_norm``): then clipping needs the plain Adam, which Lightning
+        unscales first."""
+        clipping = self.hparams.get("max_grad_norm") is not None
+        return self.device.type in ("cpu", "cuda") and not (self._grad_scaler() and clipping)
+
+    def configure_gradient_clipping(
+        self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None, gradient_clip_algorithm=None
+    ) -> None:
+        """Clip the gradient norm to the ``max_grad_norm`` hyper-parameter, if the algorithm has one
+        (``Trainer(gradient_clip_val=...)``, when given, takes precedence)."""
+        max_norm = self.hparams.get("max_grad_norm")
+        if gradient_clip_val is not None or max_norm is None:
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        elif self._grad_scaler():
+            self.clip_gradients(optimizer, max_norm, "norm")
+        else:
+            # Without a scaler the gradients are already true ones; Lightning's clip_gradients
+            # would refuse the fused Adam under any mixed precision, bf16 included.
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+    def _grad_scaler(self) -> bool:
+        return self._trainer is not None and getattr(self.trainer.precision_plugin, "scaler", None) is not None
 
     # -- Lightning hooks ------------------------------------------------------------------
 

@@ -15,8 +15,12 @@ class LinearLRDecay(L.Callback):
     """Set every param group's LR from its initial ``lr`` to ``lr_end`` over the first
     ``lr_frac`` of the run's environment steps, then hold ``lr_end``.
 
-    Progress is ``pl_module.env_steps / total_env_steps``; ``total_env_steps`` defaults to
-    the module's planned env steps for the Trainer's run (``schedule.planned_env_steps``).
+    An update's progress is ``pl_module.env_steps_before_batch / total_env_steps``: the env steps
+    taken before its data was collected, so the first update uses ``lr``, the k-th VPG rollout's
+    update the value after k - 1 rollouts (the seeds' ``scheduler.step()`` after
+    ``optimizer.step()``), and every minibatch of PPO's k-th rollout that value too (CleanRL's
+    per-iteration annealing). ``total_env_steps`` defaults to the module's planned env steps for
+    the Trainer's run (``schedule.planned_env_steps``).
 
     Args:
         lr_end: final learning rate.
@@ -39,6 +43,7 @@ class LinearLRDecay(L.Callback):
         require(pl_module, RLModuleProtocol, "LinearLRDecay")
         if not self._initial_lrs:  # restored from a checkpoint when resuming: the optimizer's lr is decayed
             self._initial_lrs = [group.get("initial_lr", group["lr"]) for group in trainer.optimizers[0].param_groups]
+        self._total_env_steps = self._total(trainer, pl_module)
 
     def state_dict(self) -> dict[str, Any]:
         return {"initial_lrs": list(self._initial_lrs)}
@@ -47,6 +52,6 @@ class LinearLRDecay(L.Callback):
         self._initial_lrs = list(state_dict["initial_lrs"])
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx) -> None:
-        progress = pl_module.env_steps / self._total(trainer, pl_module)
+        progress = pl_module.env_steps_before_batch / self._total_env_steps
         for group, lr in zip(trainer.optimizers[0].param_groups, self._initial_lrs, strict=True):
             group["lr"] = linear_schedule(lr, self.lr_end, self.lr_frac, progress)

@@ -255,6 +255,7 @@ class ReplaySource(EnvSource):
 
     def next_batch(self) -> ReplayBufferSamples:
         """Fill if needed, play ``steps_per_train`` epsilon-greedy steps, sample a batch."""
+        self.env_steps_before_batch = self.env_steps
         self.fill()
         self.collect(self.steps_per_train)
         return self.buffer.sample(self.batch_size)

@@ -201,6 +201,7 @@ class RolloutSource(EnvSource):
     def collect(self) -> RolloutTensors:
         """Step every env ``num_steps`` times with actions sampled from the current policy."""
         start = time.perf_counter()
+        self.env_steps_before_batch = self.env_steps
         self._play()
         self.count(self.num_steps)
         self.num_rollouts += 1

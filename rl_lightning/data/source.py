@@ -37,6 +37,9 @@ class EnvSource(IterableDataset):
         self.device = envs.device
         self.world_size = check_int("world_size", world_size, 1)
         self.env_steps = check_int("env_steps", env_steps, 0)
+        #: ``env_steps`` before the data of the newest batch was collected (schedules key on it:
+        #: an update's learning rate is the one for the env steps taken before its data).
+        self.env_steps_before_batch = self.env_steps
         self.generator = torch.Generator(device=self.device).manual_seed(check_seed("seed", seed))
         self.episodes = EpisodeTracker(envs.num_envs, self.device)
         self._obs: Tensor | None = None  # the envs are reset on the first step, not at construction
@@ -66,6 +69,7 @@ class EnvSource(IterableDataset):
             "envs": self.envs.state_dict(),
             "generator": self.generator.get_state(),
             "env_steps": self.env_steps,
+            "env_steps_before_batch": self.env_steps_before_batch,
             "obs": None if self._obs is None else self._obs.clone(),
             "episodes": self.episodes.state_dict(),
         }
@@ -75,6 +79,7 @@ class EnvSource(IterableDataset):
         self.envs.load_state_dict(state["envs"])
         self.generator.set_state(state["generator"])
         self.env_steps = state["env_steps"]
+        self.env_steps_before_batch = state["env_steps_before_batch"]
         self.episodes.load_state_dict(state["episodes"])
         if self.envs.restorable:
             self._obs = None if state["obs"] is None else state["obs"].to(self.device)

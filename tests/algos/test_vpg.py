@@ -168,12 +168,13 @@ def test_lr_decay_callback_is_added_and_keyed_on_env_steps():
     seen = []
 
     class Spy(L.Callback):
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
             seen.append(trainer.optimizers[0].param_groups[0]["lr"])
 
     _trainer(max_steps=4, callbacks=[Spy()]).fit(module)
-    # Total 4 rollouts; at update k the env steps are k/4 of the run; decay ends at 1/2.
-    assert seen == pytest.approx([1e-2 + (1e-3 - 1e-2) * 0.5, 1e-3, 1e-3, 1e-3])
+    # Total 4 rollouts; update k (from 0) uses the LR of the k rollouts before it (the seeds'
+    # scheduler.step() after optimizer.step()); the decay ends at 1/2 of the run.
+    assert seen == pytest.approx([1e-2, 1e-2 + (1e-3 - 1e-2) * 0.5, 1e-3, 1e-3])
 
 
 def test_act_takes_one_observation_as_an_array():

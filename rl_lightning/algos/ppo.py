@@ -1,0 +1,244 @@
+"""Proximal policy optimisation with generalized advantage estimation, as a LightningModule.
+
+One epoch = one rollout and its updates:
+
+    rollout    = ActorCriticSource.collect()          (envs stepped num_steps_per_rollout times)
+    A          = compute_gae(r, V, dones, gamma, lam)  (a truncated episode bootstraps from
+                                                        V(final_observation), a terminated one from 0)
+    repeat update_epochs times, for each of num_minibatches shuffled (env, t) minibatches:
+        r_t    = pi(a|s) / pi_old(a|s)
+        loss   = max(-A r_t, -A clip(r_t, 1 +- clip_coef))          (compute_ppo_policy_loss)
+               + vf_coef * 0.5 (V(s) - (A + V_old))^2 (clipped)      (compute_ppo_value_loss)
+               - ent_coef * entropy
+        one optimizer step (gradient norm clipped to max_grad_norm)
+
+With ``target_kl`` the rest of a rollout's minibatches are skipped (no parameter update) once the
+approximate KL of an update epoch exceeds it; they still count as Trainer steps (Lightning counts
+``optimizer_step`` calls), so ``max_steps`` keeps meaning rollouts x epochs x minibatches and the run
+takes the env steps it planned, as CleanRL's fixed number of iterations does.
+Discrete actions get a categorical policy, ``Box`` actions a diagonal Gaussian (``rl_lightning.nets.ActorCritic``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+
+from rl_lightning._checks import check_bool, check_choice, check_float, check_int, check_sizes
+from rl_lightning.algos.base import RLModule
+from rl_lightning.callbacks.lr_decay import LinearLRDecay
+from rl_lightning.data.actor_critic import ActorCriticSource, PPOBatch
+from rl_lightning.data.normalization import ObservationNormalizer, RewardScaler
+from rl_lightning.data.rollout import RolloutTensors
+from rl_lightning.envs.base import VectorEnv
+from rl_lightning.losses import (
+    compute_approx_kl,
+    compute_clip_fraction,
+    compute_explained_variance,
+    compute_ppo_loss,
+    compute_ppo_policy_loss,
+    compute_ppo_value_loss,
+    normalize_advantages,
+)
+from rl_lightning.nets import ACTIVATIONS, ActorCritic
+from rl_lightning.seeding import seeded
+
+
+class PPOModule(RLModule):
+    """PPO (clipped surrogate, GAE) on torch vector envs, for Discrete and Box action spaces.
+
+    The defaults solve CartPole-v1 (greedy mean return >= 475 over 32 episodes) in a few seconds on
+    one CPU thread (``scripts/train_ppo.py``; ``benchmarks/results/ppo.md``).
+
+    Args:
+        env_id: a registered env id (``rl_lightning.registered_env_ids()``).
+        num_envs: envs stepped in lock-step per process.
+        num_steps_per_rollout: steps per env in one rollout.
+        lr: Adam learning rate.
+        anneal_lr: decay the learning rate linearly to 0 over the run's env steps (adds a
+            ``LinearLRDecay`` callback).
+        gamma: discount factor.
+        gae_lambda: GAE's lambda (1: Monte-Carlo returns minus V, 0: one-step TD errors).
+        update_epochs: passes over each rollout.
+        num_minibatches: minibatches per pass (must divide ``num_envs * num_steps_per_rollout``).
+        clip_coef: the surrogate's ratio clip.
+        clip_vloss: clip the value update to ``clip_coef`` around the value at collection.
+        ent_coef: weight of the entropy bonus.
+        vf_coef: weight of the value loss.
+        max_grad_norm: clip each update's gradient norm to this; None: no clipping.
+        target_kl: skip a rollout's remaining updates once an epoch's approximate KL exceeds it.
+        norm_adv: normalise advantages per minibatch.
+        normalize_obs: normalise observations with running statistics (saved in checkpoints,
+            identical on every rank).
+        normalize_rewards: scale rewards by the running std of the discounted return.
+        shared_encoder: one encoder for actor and critic; else separate ones.
+        hidden_sizes: widths of the MLP encoders' hidden layers.
+        activation: ``"tanh"`` or ``"relu"``.
+        adam_eps: Adam's epsilon.
+        seed: seeds the network init (identical on every rank), the envs (``seed + rank``),
+            action sampling and minibatch shuffling.
+        network: your own encoder (observations -> features) for the actor (the critic gets a
+            copy, or shares it); None: an MLP (a CNN for image observations). Not saved in
+            checkpoints' hyper-parameters: pass it again to ``load_from_checkpoint``.
+    """
+
+    log_per_epoch = True
+
+    def __init__(
+        self,
+        env_id: str = "CartPole-v1",
+        num_envs: int = 16,
+        num_steps_per_rollout: int = 32,
+        lr: float = 2.5e-3,
+        anneal_lr: bool = True,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        update_epochs: int = 4,
+        num_minibatches: int = 4,
+        clip_coef: float = 0.2,
+        clip_vloss: bool = True,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        max_grad_norm: float | None = 0.5,
+        target_kl: float | None = None,
+        norm_adv: bool = True,
+        normalize_obs: bool = False,
+        normalize_rewards: bool = False,
+        shared_encoder: bool = False,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        adam_eps: float = 1e-5,
+        seed: int = 1,
+        network: nn.Module | None = None,
+    ):
+        super().__init__(env_id, num_envs, seed)
+        check_int("num_steps_per_rollout", num_steps_per_rollout, 1)
+        check_float("lr", lr, 0.0, low_open=True)
+        check_bool("anneal_lr", anneal_lr)
+        check_float("gamma", gamma, 0.0, 1.0)
+        check_float("gae_lambda", gae_lambda, 0.0, 1.0)
+        check_int("update_epochs", update_epochs, 1)
+        check_int("num_minibatches", num_minibatches, 1)
+        check_float("clip_coef", clip_coef, 0.0, low_open=True)
+        check_bool("clip_vloss", clip_vloss)
+        check_float("ent_coef", ent_coef, 0.0)
+        check_float("vf_coef", vf_coef, 0.0)
+        if max_grad_norm is not None:
+            check_float("max_grad_norm", max_grad_norm, 0.0, low_open=True)
+        if target_kl is not None:
+            check_float("target_kl", target_kl, 0.0, low_open=True)
+        for name, value in (
+            ("norm_adv", norm_adv),
+            ("normalize_obs", normalize_obs),
+            ("normalize_rewards", normalize_rewards),
+            ("shared_encoder", shared_encoder),
+        ):
+            check_bool(name, value)
+        hidden_sizes = check_sizes("hidden_sizes", hidden_sizes)
+        check_choice("activation", activation, ACTIVATIONS)
+        check_float("adam_eps", adam_eps, 0.0, low_open=True)
+        if (num_envs * num_steps_per_rollout) % num_minibatches != 0:
+            raise ValueError(
+                f"num_minibatches ({num_minibatches}) must divide num_envs * num_steps_per_rollout "
+                f"({num_envs} * {num_steps_per_rollout} = {num_envs * num_steps_per_rollout})"
+            )
+        self.save_hyperparameters(ignore=["network"])
+        with seeded(seed):  # the same initial weights on every rank
+            self.model = ActorCritic(
+                self.observation_space, self.action_space, hidden_sizes, shared_encoder, network, activation
+            )
+        self.obs_normalizer = ObservationNormalizer(self.obs_shape) if normalize_obs else None
+        self.reward_scaler = RewardScaler(gamma) if normalize_rewards else None
+        self._skip_updates = False  # target_kl reached: the rest of this rollout's minibatches
+
+    # -- the algorithm ----------------------------------------------------------------------
+
+    def training_step(self, batch: PPOBatch, batch_idx: int) -> Tensor:
+        hp = self.hparams
+        logprobs, entropy, values = self.model.evaluate(batch.obs, batch.actions)
+        advantages = normalize_advantages(batch.advantages) if hp.norm_adv else batch.advantages
+        policy_loss = compute_ppo_policy_loss(logprobs, batch.logprobs, advantages, hp.clip_coef)
+        value_loss = compute_ppo_value_loss(
+            values, batch.values, batch.returns, hp.clip_coef if hp.clip_vloss else None
+        )
+        loss = compute_ppo_loss(policy_loss, value_loss, entropy, hp.vf_coef, hp.ent_coef)
+        with torch.no_grad():
+            approx_kl = compute_approx_kl(logprobs, batch.logprobs)
+            metrics: dict[str, Tensor | float] = {
+                "losses/policy_loss": policy_loss.detach(),
+                "losses/value_loss": value_loss.detach(),
+                "losses/entropy": entropy.detach().mean(),
+                "losses/approx_kl": approx_kl,
+                "losses/clipfrac": compute_clip_fraction(logprobs, batch.logprobs, hp.clip_coef),
+            }
+        if batch_idx == 0:  # once per rollout
+            self._skip_updates = False
+            rollout = self.source.last_rollout
+            targets = self.source.last_advantages + rollout.values[:, :-1]
+            metrics["losses/explained_variance"] = compute_explained_variance(rollout.values[:, :-1], targets)
+            self.log_charts()
+        self.log_rl(metrics)
+        if hp.target_kl is not None and (batch_idx + 1) % hp.num_minibatches == 0:
+            # The end of an update epoch: every rank decides alike, on the KL of all ranks.
+            kl = self.trainer.strategy.reduce(approx_kl, reduce_op="mean") if self.world_size > 1 else approx_kl
+            self._skip_updates = self._skip_updates or bool(kl > hp.target_kl)
+        return loss
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        if self._skip_updates and batch_idx > 0:  # batch 0 starts a new rollout (and resets the flag)
+            # target_kl reached: run the closure (forward and backward keep DDP's ranks in step)
+            # but do not step the optimizer: the parameters stay as they are.
+            optimizer_closure()
+            return
+        optimizer.step(closure=optimizer_closure)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(
+            self.model.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps, fused=self.use_fused_adam()
+        )
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        return [LinearLRDecay(lr_end=0.0, lr_frac=1.0)] if self.hparams.anneal_lr else []
+
+    # -- what the base needs ----------------------------------------------------------------
+
+    def make_source(self, envs: VectorEnv, seed: int, world_size: int, env_steps: int) -> ActorCriticSource:
+        hp = self.hparams
+        return ActorCriticSource(
+            envs,
+            self.model,
+            num_steps=hp.num_steps_per_rollout,
+            update_epochs=hp.update_epochs,
+            num_minibatches=hp.num_minibatches,
+            gamma=hp.gamma,
+            gae_lambda=hp.gae_lambda,
+            seed=seed,
+            world_size=world_size,
+            env_steps=env_steps,
+            obs_normalizer=self.obs_normalizer,
+            reward_scaler=self.reward_scaler,
+            reduce=self._sum_over_processes,
+        )
+
+    def _sum_over_processes(self, tensor: Tensor) -> Tensor:
+        if self.world_size > 1:
+            return self.trainer.strategy.reduce(tensor, reduce_op="sum")
+        return tensor
+
+    def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
+        if self.obs_normalizer is not None:
+            obs = self.obs_normalizer(obs)
+        return self.model.act(obs, greedy)
+
+    @property
+    def env_steps_per_training_step(self) -> float:
+        hp = self.hparams
+        rollout_steps = hp.num_envs * hp.num_steps_per_rollout * self.world_size
+        return rollout_steps / (hp.update_epochs * hp.num_minibatches)
+
+    def latest_rollout(self) -> RolloutTensors | None:
+        return self.source.last_raw_rollout if self.source is not None else None

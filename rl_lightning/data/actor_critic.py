@@ -1,0 +1,246 @@
+"""On-policy data for actor-critic methods (PPO): the seeds' ``rollout.py`` in torch.
+
+The rollout keeps the seed's layout: observations, values and dones are one step longer than the
+rewards, so the last step bootstraps from the value of the observation after it. ``dones[:, t]``
+says that the observation at t starts a new episode. The source collects one rollout with the
+current policy, computes generalized advantages, then yields ``update_epochs x num_minibatches``
+shuffled minibatches of ``(env, timestep)`` entries (the seed's ``batches``), each one optimizer
+step, before it collects the next rollout.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from rl_lightning._checks import check_float, check_int
+from rl_lightning.data.normalization import ObservationNormalizer, Reduce, RewardScaler
+from rl_lightning.data.rollout import RolloutTensors
+from rl_lightning.data.source import EnvSource
+from rl_lightning.envs.base import VectorEnv
+from rl_lightning.losses import compute_gae
+from rl_lightning.nets import ActorCritic
+
+
+class ActorCriticRolloutTensors(NamedTuple):
+    """One rollout of ``num_envs`` envs and ``num_steps`` steps, env-major.
+
+    ``obs``, ``values`` and ``dones`` have ``num_steps + 1`` steps (the seed's layout), the rest
+    ``num_steps``. ``terminated[:, t]`` marks the steps that ended an episode by termination
+    (``dones[:, t + 1]`` marks every end), ``final_values[:, t]`` is V of the step's
+    ``info["final_observation"]``, the bootstrap of a truncated episode.
+    """
+
+    obs: Tensor  # (num_envs, num_steps + 1, *obs_shape), what the policy saw (normalised if asked)
+    actions: Tensor  # (num_envs, num_steps, *action_shape), as sampled (unclipped)
+    logprobs: Tensor  # (num_envs, num_steps)
+    values: Tensor  # (num_envs, num_steps + 1)
+    rewards: Tensor  # (num_envs, num_steps), as trained on (scaled if asked)
+    dones: Tensor  # bool (num_envs, num_steps + 1)
+    terminated: Tensor  # bool (num_envs, num_steps)
+    final_values: Tensor  # (num_envs, num_steps)
+
+
+class PPOBatch(NamedTuple):
+    """A minibatch of ``(env, timestep)`` entries, each field ``(batch, ...)``."""
+
+    obs: Tensor
+    actions: Tensor
+    logprobs: Tensor  # at collection
+    values: Tensor  # at collection
+    advantages: Tensor
+    returns: Tensor  # advantages + values: the value targets
+
+
+def shuffled_minibatches(num_entries: int, batch_size: int, count: int, generator: torch.Generator) -> Tensor:
+    """``count`` minibatches of ``batch_size`` entry indices, int64 ``(count, batch_size)``, cut
+    from an endless stream of shuffled passes over ``range(num_entries)`` (the seed's ``entries``
+    and ``batches``): with ``batch_size * k == num_entries`` every k consecutive minibatches cover
+    every entry exactly once."""
+    check_int("batch_size", batch_size, 1)
+    needed = batch_size * check_int("count", count, 1)
+    passes = math.ceil(needed / num_entries)
+    device = generator.device
+    stream = torch.cat([torch.randperm(num_entries, generator=generator, device=device) for _ in range(passes)])
+    return stream[:needed].view(count, batch_size)
+
+
+class ActorCriticSource(EnvSource):
+    """Collects a rollout with ``model``, then yields its shuffled minibatches (``PPOBatch``).
+
+    The dataset's length is ``update_epochs * num_minibatches``: one epoch is one rollout and its
+    updates. The next rollout is collected only when its first minibatch is requested, with the
+    weights after the last update of the previous one.
+
+    Args:
+        envs: the vector env.
+        model: the :class:`~rl_lightning.nets.ActorCritic` that acts and values.
+        num_steps: steps per env per rollout.
+        update_epochs: passes over the rollout.
+        num_minibatches: minibatches per pass (must divide ``num_envs * num_steps``).
+        gamma, gae_lambda: discount and GAE lambda.
+        seed: seed of the generator for actions and shuffling.
+        world_size: processes each running their own source (``env_steps`` counts them all).
+        env_steps: env steps already taken (a resumed run).
+        obs_normalizer: normalise observations with running statistics (updated per rollout).
+        reward_scaler: scale rewards by the running std of the discounted return.
+        reduce: sums a tensor over all processes (for the running statistics under DDP).
+    """
+
+    def __init__(
+        self,
+        envs: VectorEnv,
+        model: ActorCritic,
+        num_steps: int,
+        update_epochs: int = 4,
+        num_minibatches: int = 4,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        seed: int = 0,
+        world_size: int = 1,
+        env_steps: int = 0,
+        obs_normalizer: ObservationNormalizer | None = None,
+        reward_scaler: RewardScaler | None = None,
+        reduce: Reduce | None = None,
+    ):
+        super().__init__(envs, seed=seed, world_size=world_size, env_steps=env_steps)
+        self.model = model
+        self.num_steps = check_int("num_steps", num_steps, 1)
+        self.update_epochs = check_int("update_epochs", update_epochs, 1)
+        self.num_minibatches = check_int("num_minibatches", num_minibatches, 1)
+        entries = envs.num_envs * num_steps
+        if entries % num_minibatches != 0:
+            raise ValueError(
+                f"num_minibatches ({num_minibatches}) must divide num_envs * num_steps_per_rollout ({entries})"
+            )
+        self.minibatch_size = entries // num_minibatches
+        self.gamma = check_float("gamma", gamma, 0.0, 1.0)
+        self.gae_lambda = check_float("gae_lambda", gae_lambda, 0.0, 1.0)
+        self.obs_normalizer = obs_normalizer
+        self.reward_scaler = reward_scaler
+        self.reduce = reduce or (lambda tensor: tensor)
+        self.num_rollouts = 0
+        #: The newest rollout (what training uses) and, for videos, its raw observations.
+        self.last_rollout: ActorCriticRolloutTensors | None = None
+        self.last_raw_rollout: RolloutTensors | None = None
+        #: The newest rollout's advantages.
+        self.last_advantages: Tensor | None = None
+        self.last_collect_seconds = math.nan
+        # Whether the current obs of each env starts an episode (the seed's dones[0]).
+        self._starts = torch.ones(envs.num_envs, dtype=torch.bool, device=self.device)
+        self._discounted_returns = torch.zeros(envs.num_envs, device=self.device)
+
+    def __len__(self) -> int:
+        return self.update_epochs * self.num_minibatches
+
+    def reset_envs(self) -> Tensor:
+        self._starts.fill_(True)
+        self._discounted_returns.zero_()
+        return super().reset_envs()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **super().state_dict(),
+            "num_rollouts": self.num_rollouts,
+            "starts": self._starts.clone(),
+            "discounted_returns": self._discounted_returns.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.num_rollouts = state["num_rollouts"]
+        if self.envs.restorable:
+            self._starts = state["starts"].to(self.device)
+            self._discounted_returns = state["discounted_returns"].to(self.device)
+
+    def __iter__(self) -> Iterator[PPOBatch]:
+        rollout = self.collect()
+        advantages = compute_gae(
+            rollout.rewards,
+            rollout.values,
+            rollout.dones,
+            self.gamma,
+            self.gae_lambda,
+            terminated=rollout.terminated,
+            final_values=rollout.final_values,
+        )
+        self.last_advantages = advantages
+        values = rollout.values[:, :-1]
+        entries = {
+            "obs": rollout.obs[:, :-1].flatten(0, 1),
+            "actions": rollout.actions.flatten(0, 1),
+            "logprobs": rollout.logprobs.flatten(),
+            "values": values.flatten(),
+            "advantages": advantages.flatten(),
+            "returns": (advantages + values).flatten(),
+        }
+        count = self.update_epochs * self.num_minibatches
+        indices = shuffled_minibatches(values.numel(), self.minibatch_size, count, self.generator)
+        for batch_indices in indices:
+            yield PPOBatch(**{name: field.index_select(0, batch_indices) for name, field in entries.items()})
+
+    def collect(self) -> ActorCriticRolloutTensors:
+        """Step every env ``num_steps`` times with actions sampled from the current policy."""
+        start = time.perf_counter()
+        self.env_steps_before_batch = self.env_steps
+        steps, starts, last_obs, last_value = self._play()
+        self.count(self.num_steps)
+        self.num_rollouts += 1
+        # Stacked outside inference mode: ordinary tensors the loss can feed through autograd.
+        fields = list(zip(*steps, strict=True))
+        obs, actions, logprobs, values, rewards, terminated, final_obs = (torch.stack(f, dim=1) for f in fields[1:])
+        raw_obs = obs if self.obs_normalizer is None else torch.stack(fields[0], dim=1)
+        rewards, dones = rewards.float(), torch.stack(starts, dim=1)
+        with torch.no_grad():
+            # V of every step's final observation in one batched pass; used only where an
+            # episode was truncated (elsewhere it is the next value, or the episode terminated).
+            normalize = self.obs_normalizer
+            final_values = self.model.value(final_obs if normalize is None else normalize(final_obs))
+        raw = RolloutTensors(raw_obs, actions, logprobs, rewards, dones[:, 1:])
+        self.episodes.update(raw.rewards, raw.dones)  # raw rewards: the real episode returns
+        if self.reward_scaler is not None:
+            rewards, self._discounted_returns = self.reward_scaler.scale(
+                raw.rewards, raw.dones, self._discounted_returns, self.reduce
+            )
+        if self.obs_normalizer is not None:  # after the rollout: its statistics were fixed during it
+            self.obs_normalizer.update(raw_obs, self.reduce)
+        self.last_rollout = ActorCriticRolloutTensors(
+            torch.cat([obs, last_obs.unsqueeze(1)], dim=1),
+            actions,
+            logprobs,
+            torch.cat([values, last_value.unsqueeze(1)], dim=1),
+            rewards,
+            dones,
+            terminated,
+            final_values,
+        )
+        self.last_raw_rollout = raw
+        self.last_collect_seconds = time.perf_counter() - start
+        return self.last_rollout
+
+    @torch.inference_mode()
+    def _play(self) -> tuple[list[tuple[Tensor, ...]], list[Tensor], Tensor, Tensor]:
+        """The per-step tensors of one rollout, the episode-start flags, and the last obs and value."""
+        model, step, generator, normalize = self.model, self.envs.step, self.generator, self.obs_normalizer
+        raw_obs = self.obs
+        starts = [self._starts]
+        steps: list[tuple[Tensor, ...]] = []
+        was_training = model.training
+        model.eval()
+        for _ in range(self.num_steps):
+            obs = raw_obs if normalize is None else normalize(raw_obs)
+            actions, logprobs, values = model.sample(obs, generator)
+            next_obs, rewards, terminated, truncated, info = step(actions)
+            steps.append((raw_obs, obs, actions, logprobs, values, rewards, terminated, info["final_observation"]))
+            starts.append(terminated | truncated)
+            raw_obs = next_obs
+        last_obs = raw_obs if normalize is None else normalize(raw_obs)
+        last_value = model.value(last_obs)
+        model.train(was_training)
+        self._obs, self._starts = raw_obs, starts[-1]
+        return steps, starts, last_obs, last_value

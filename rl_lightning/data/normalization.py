@@ -1,0 +1,126 @@
+"""Running statistics for observation normalisation and reward scaling (PPO's options).
+
+Both are ``nn.Module``s whose statistics are buffers, so they travel with the module: in its
+``state_dict`` (hence in checkpoints), to its device, and identical on every DDP rank (each update
+all-reduces the batch's count, sum and sum of squares before it is applied).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+#: Sums a tensor over all processes (identity in a single process).
+Reduce = Callable[[Tensor], Tensor]
+
+
+def _no_reduce(tensor: Tensor) -> Tensor:
+    return tensor
+
+
+class RunningMeanStd(nn.Module):
+    """Mean and variance of everything seen so far (Chan et al.'s parallel update), in float64.
+
+    Args:
+        shape: shape of one sample.
+        epsilon: the initial count (so the first update does not divide by zero), as in gymnasium.
+    """
+
+    def __init__(self, shape: Sequence[int] = (), epsilon: float = 1e-4):
+        super().__init__()
+        self.shape = tuple(shape)
+        self.register_buffer("mean", torch.zeros(self.shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(self.shape, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(epsilon, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, samples: Tensor, reduce: Reduce = _no_reduce) -> None:
+        """Add ``samples`` ``(batch, *shape)`` (of this process; ``reduce`` sums over processes)."""
+        samples = samples.reshape(-1, *self.shape).to(torch.float64)
+        count = torch.tensor([samples.shape[0]], dtype=torch.float64, device=samples.device)
+        moments = reduce(torch.cat([count, samples.sum(0).flatten(), samples.square().sum(0).flatten()]))
+        size = math.prod(self.shape)
+        batch_count = moments[0]
+        batch_mean = moments[1 : 1 + size].reshape(self.shape) / batch_count
+        batch_var = moments[1 + size :].reshape(self.shape) / batch_count - batch_mean.square()
+        total = self.count + batch_count
+        delta = batch_mean - self.mean
+        self.mean += delta * batch_count / total
+        self.var.copy_(
+            (
+                self.var * self.count
+                + batch_var.clamp(min=0) * batch_count
+                + delta.square() * self.count * batch_count / total
+            )
+            / total
+        )
+        self.count.copy_(total)
+
+
+class ObservationNormalizer(nn.Module):
+    """``clip((obs - mean) / sqrt(var + eps), -clip, clip)`` with running statistics (gymnasium's
+    ``NormalizeObservation``, updated once per rollout instead of per step).
+
+    Args:
+        obs_shape: shape of one observation.
+        clip: bound of the normalised values.
+    """
+
+    def __init__(self, obs_shape: Sequence[int], clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.stats = RunningMeanStd(obs_shape)
+        self.clip = clip
+        self.eps = eps
+
+    def forward(self, obs: Tensor) -> Tensor:
+        """Normalised float32 observations (the statistics are not updated)."""
+        mean, std = self.stats.mean.float(), (self.stats.var + self.eps).sqrt().float()
+        return ((obs.float() - mean) / std).clamp(-self.clip, self.clip)
+
+    def update(self, obs: Tensor, reduce: Reduce = _no_reduce) -> None:
+        self.stats.update(obs, reduce)
+
+
+class RewardScaler(nn.Module):
+    """Divide rewards by the running standard deviation of the discounted return (gymnasium's
+    ``NormalizeReward``, updated once per rollout). The per-env discounted returns it tracks are
+    the data source's state, passed in and returned.
+
+    Args:
+        gamma: the discount of the tracked returns.
+        clip: bound of the scaled rewards.
+    """
+
+    def __init__(self, gamma: float, clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.stats = RunningMeanStd(())
+        self.gamma = gamma
+        self.clip = clip
+        self.eps = eps
+
+    def scale(
+        self, rewards: Tensor, dones: Tensor, discounted: Tensor, reduce: Reduce = _no_reduce
+    ) -> tuple[Tensor, Tensor]:
+        """Scale a rollout's ``rewards`` ``(num_envs, num_steps)`` after adding its discounted returns
+        to the statistics.
+
+        Args:
+            rewards: raw rewards; dones: bool, the steps that ended an episode.
+            discounted: ``(num_envs,)`` each env's discounted return before the rollout.
+
+        Returns:
+            the scaled rewards and each env's discounted return after the rollout.
+        """
+        returns = torch.empty_like(rewards, dtype=torch.float64)
+        running = discounted.to(torch.float64)
+        keep = (~dones.bool()).to(torch.float64)
+        for t in range(rewards.shape[1]):
+            running = running * self.gamma + rewards[:, t]
+            returns[:, t] = running
+            running = running * keep[:, t]  # a new episode starts from 0
+        self.stats.update(returns.flatten(), reduce)
+        std = (self.stats.var + self.eps).sqrt().float()
+        return (rewards.float() / std).clamp(-self.clip, self.clip), running
