@@ -103,7 +103,8 @@ class GymnasiumVectorEnv(VectorEnv):
     A gymnasium env cannot save its internal state: :meth:`state_dict` holds only the env id,
     ``num_envs``, the private generator and ``"restorable": False``; :meth:`load_state_dict` warns
     and restarts every env with a fresh reset (seeded from the restored generator), so a resumed
-    run goes on with new episodes rather than the saved ones.
+    run goes on with new episodes rather than the saved ones. Likewise ``get_rng_state`` /
+    ``set_rng_state`` cover the private generator only, not gymnasium's per-env RNGs.
 
     Args:
         env_id: a gymnasium id (``gymnasium.registry``; ``ALE/...`` imports ``ale_py``).
@@ -251,6 +252,17 @@ class GymnasiumVectorEnv(VectorEnv):
                 truncated.to(self.device),
             )
         return next_obs, reward, terminated, truncated, {"final_observation": final_obs}
+
+    def _check_action_values(self, actions: Tensor) -> None:
+        # The actions go to numpy for gymnasium anyway: numpy's reductions cost less than
+        # torch's for a small batch (the same checks and messages as the base class).
+        values = actions.detach().cpu().numpy()
+        if self.action_kind == "discrete":
+            low, high = int(values.min()), int(values.max())
+            if low < 0 or high >= self.num_actions:
+                raise ValueError(f"actions must be in [0, {self.num_actions}), got values in [{low}, {high}]")
+        elif not np.isfinite(values).all():
+            raise ValueError("actions must be finite, got NaN or infinite values")
 
     def _obs_tensor(self, array: np.ndarray, owned: bool = False) -> Tensor:
         """A ``(batch, *obs_shape)`` tensor on ``self.device`` that does not alias ``array``
