@@ -53,15 +53,6 @@ def gymnasium_spec(env_id: str) -> EnvSpec:
         raise ValueError(f"{env_id!r} is not a gymnasium env id ({error}){missing}") from None
 
 
-def is_gymnasium_env_id(env_id: str) -> bool:
-    """Whether gymnasium knows ``env_id`` (after importing a known namespace's package)."""
-    try:
-        gymnasium_spec(env_id)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def _float32_bounds(bound: np.ndarray) -> np.ndarray:
     # A float64 bound beyond float32's range becomes +-inf, silently.
     with np.errstate(over="ignore"):
@@ -113,7 +104,8 @@ class GymnasiumVectorEnv(VectorEnv):
         device: where observations, rewards and flags are returned.
         vectorization_mode: ``"sync"`` (one process) or ``"async"`` (one subprocess per env).
         render: build the envs with ``render_mode="rgb_array"`` so that :meth:`render` works
-            (off by default: rendering every env costs time on every step for some envs).
+            (off by default: some envs then set up a renderer, which costs time and memory, and
+            gymnasium's classic-control ones need pygame).
         **env_kwargs: passed to the env's constructor (``gymnasium.make``), e.g.
             ``max_episode_steps=100``.
     """
@@ -138,10 +130,8 @@ class GymnasiumVectorEnv(VectorEnv):
             check_seed("seed", seed)
         if "render_mode" in env_kwargs:
             raise TypeError("pass render=True (for render_mode='rgb_array') instead of render_mode")
-        render_modes = _declared_render_modes(spec)
-        if render and render_modes is not None and "rgb_array" not in render_modes:
-            raise ValueError(f"render=True needs render_mode 'rgb_array', which {env_id!r} lacks: {render_modes}")
         if render:
+            _check_rgb_array(env_id, _declared_render_modes(spec))  # before building, where known
             env_kwargs["render_mode"] = "rgb_array"
 
         self.env_id = env_id
@@ -156,13 +146,11 @@ class GymnasiumVectorEnv(VectorEnv):
             **env_kwargs,
         )
         try:
-            self._convert_spaces(env_id, self.gymnasium_envs.single_observation_space)
+            self._convert_observation_space(env_id, self.gymnasium_envs.single_observation_space)
             self._convert_action_space(env_id, self.gymnasium_envs.single_action_space)
             metadata = self.gymnasium_envs.metadata
-            if render and "rgb_array" not in metadata.get("render_modes", ()):
-                raise ValueError(
-                    f"render=True needs render_mode 'rgb_array', which {env_id!r} lacks: {metadata.get('render_modes')}"
-                )
+            if render:
+                _check_rgb_array(env_id, metadata.get("render_modes", []))
             super().__init__(num_envs, seed, device)
         except BaseException:
             self.gymnasium_envs.close()
@@ -175,7 +163,7 @@ class GymnasiumVectorEnv(VectorEnv):
         self._on_cpu = self.device.type == "cpu"
         self._needs_reset = True
 
-    def _convert_spaces(self, env_id: str, space: gym.Space) -> None:
+    def _convert_observation_space(self, env_id: str, space: gym.Space) -> None:
         """Set ``single_observation_space`` (our form) and how to convert gymnasium's obs."""
         if isinstance(space, gym.spaces.Discrete):
             self._obs_kind = "one_hot"
@@ -193,6 +181,7 @@ class GymnasiumVectorEnv(VectorEnv):
             raise _unsupported(env_id, "observation", space, "Box and Discrete observations")
 
     def _convert_action_space(self, env_id: str, space: gym.Space) -> None:
+        """Set ``single_action_space`` (our form) and how to map actions back to gymnasium's."""
         if isinstance(space, gym.spaces.Discrete):
             self._action_start = int(space.start)
             self.single_action_space = gym.spaces.Discrete(int(space.n))
@@ -334,6 +323,12 @@ class GymnasiumVectorEnv(VectorEnv):
             f"GymnasiumVectorEnv({self.env_id!r}, num_envs={self.num_envs}, device={self.device}, "
             f"vectorization_mode={self.vectorization_mode!r})"
         )
+
+
+def _check_rgb_array(env_id: str, render_modes: list[str] | None) -> None:
+    """``render=True`` needs ``render_mode="rgb_array"`` (``render_modes`` None: unknown yet)."""
+    if render_modes is not None and "rgb_array" not in render_modes:
+        raise ValueError(f"render=True needs render_mode 'rgb_array', which {env_id!r} lacks: {render_modes}")
 
 
 def _declared_render_modes(spec: EnvSpec) -> list[str] | None:
