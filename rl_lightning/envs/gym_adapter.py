@@ -211,16 +211,12 @@ class GymnasiumVectorEnv(VectorEnv):
     def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         if self._needs_reset:  # stepped before any reset: start where reset() would
             self._reset_all()
+        gym_actions = self._numpy(actions)
         if self.action_kind == "discrete":
-            if actions.dtype != torch.int64 or not self._on_cpu:
-                actions = actions.to("cpu", torch.int64)
-            gym_actions = actions.numpy()
-            if self._action_start:
-                gym_actions = gym_actions + self._action_start
-        else:
-            gym_actions = actions.detach().cpu().numpy()
-            if self._action_np_dtype != np.float32:
-                gym_actions = gym_actions.astype(self._action_np_dtype)
+            if gym_actions.dtype != np.int64 or self._action_start:
+                gym_actions = gym_actions.astype(np.int64) + self._action_start
+        elif self._action_np_dtype != np.float32:
+            gym_actions = gym_actions.astype(self._action_np_dtype)
         obs, reward, terminated, truncated, info = self.gymnasium_envs.step(gym_actions)
         next_obs = self._obs_tensor(obs)
         ended = info.get("_final_obs")
@@ -245,13 +241,19 @@ class GymnasiumVectorEnv(VectorEnv):
     def _check_action_values(self, actions: Tensor) -> None:
         # The actions go to numpy for gymnasium anyway: numpy's reductions cost less than
         # torch's for a small batch (the same checks and messages as the base class).
-        values = actions.detach().cpu().numpy()
+        values = self._numpy(actions)
         if self.action_kind == "discrete":
             low, high = int(values.min()), int(values.max())
             if low < 0 or high >= self.num_actions:
                 raise ValueError(f"actions must be in [0, {self.num_actions}), got values in [{low}, {high}]")
         elif not np.isfinite(values).all():
             raise ValueError("actions must be finite, got NaN or infinite values")
+
+    def _numpy(self, tensor: Tensor) -> np.ndarray:
+        """``tensor`` as a numpy array on the CPU (each torch call costs microseconds here)."""
+        if tensor.requires_grad:
+            tensor = tensor.detach()
+        return tensor.numpy() if self._on_cpu else tensor.cpu().numpy()
 
     def _obs_tensor(self, array: np.ndarray, owned: bool = False) -> Tensor:
         """A ``(batch, *obs_shape)`` tensor on ``self.device`` that does not alias ``array``
