@@ -419,6 +419,17 @@ def test_bad_actions_raise_helpful_errors(env_id, actions, error, message):
     assert env.step(env.random_actions())[0].shape[0] == NUM_ENVS  # still usable
 
 
+def test_every_integer_action_dtype_is_accepted():
+    actions = torch.tensor([0, 2, 1, 2])
+    reference = _make("Acrobot-v1")
+    reference.reset()
+    expected = reference.step(actions)[0]
+    for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32):
+        env = _make("Acrobot-v1")
+        env.reset()
+        assert torch.equal(env.step(actions.to(dtype))[0], expected)
+
+
 # Tiny gymnasium envs with a given observation and action space, registered under test ids.
 class _SpaceEnv(gym.Env):
     """Observes the last action it was given where its observation space holds it, else its first obs."""
