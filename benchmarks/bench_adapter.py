@@ -18,7 +18,6 @@ median of the per-repeat ratios (each of two back-to-back runs: robust to load o
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
@@ -26,11 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 # Run as a script from anywhere: make the repository importable without installing it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.bench_envs import machine_description
 from rl_lightning.envs import make_envs
 
 RESULTS_PATH = Path(__file__).parent / "results" / "adapter.md"
@@ -81,21 +80,6 @@ def measure_seconds_per_step(env_id: str, num_envs: int, seconds: float, repeats
             runs[name](num_steps[name])
             times[name].append((time.perf_counter() - start) / num_steps[name])
     return times
-
-
-def machine_description() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (
-        f"{cpu}, 1 thread; Python {platform.python_version()}, torch {torch.__version__}, "
-        f"gymnasium {gym.__version__}, numpy {np.__version__}"
-    )
 
 
 def main() -> None:
