@@ -372,6 +372,14 @@ def test_unknown_id_lists_native_ids_and_mentions_gymnasium():
         make_envs(None, 2)
 
 
+def test_a_namespace_whose_package_is_missing_says_what_to_install(monkeypatch):
+    from rl_lightning.envs import gym_adapter
+
+    monkeypatch.setitem(gym_adapter._NAMESPACE_PACKAGES, "Fake", ("no_such_package_xyz", "rl_lightning[fake]"))
+    with pytest.raises(ValueError, match=r"Fake ids need the no_such_package_xyz package: pip install 'rl_lightning"):
+        make_envs("Fake/Thing-v0", 2)
+
+
 def test_gymnasium_kwargs_for_a_native_env_raise():
     with pytest.raises(TypeError, match=r"\['render', 'vectorization_mode'\].*native.*backend='gymnasium'"):
         make_envs("CartPole-v1", 2, vectorization_mode="async", render=True)
