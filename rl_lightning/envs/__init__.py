@@ -2,6 +2,7 @@
 
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.cartpole import CartPole
+from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
 from rl_lightning.envs.probes import (
     ContinuousProbe1,
     ContinuousProbe2,
@@ -23,6 +24,7 @@ __all__ = [
     "CartPole",
     "ContinuousProbe1",
     "ContinuousProbe2",
+    "GymnasiumVectorEnv",
     "ImageProbe5",
     "Probe1",
     "Probe2",

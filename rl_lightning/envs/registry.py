@@ -1,15 +1,23 @@
-"""Env ids -> vector-env constructors: ``make_envs`` and ``register``."""
+"""Env ids -> vector-env constructors: ``make_envs`` and ``register``.
+
+``make_envs`` builds a native torch env where one is registered here, and otherwise any
+gymnasium id through :class:`~rl_lightning.envs.gym_adapter.GymnasiumVectorEnv`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
+from rl_lightning._checks import check_choice, check_str
 from rl_lightning.envs.base import VectorEnv
+from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv, gymnasium_spec
 
 EnvFactory = Callable[..., VectorEnv]
 _REGISTRY: dict[str, EnvFactory] = {}
+BACKENDS = ("auto", "torch", "gymnasium")
 
 
 def register(env_id: str, factory: EnvFactory, *, overwrite: bool = False) -> None:
@@ -28,16 +36,54 @@ def register(env_id: str, factory: EnvFactory, *, overwrite: bool = False) -> No
 
 
 def registered_env_ids() -> list[str]:
-    """All registered env ids, sorted."""
+    """All registered (native torch) env ids, sorted."""
     return sorted(_REGISTRY)
 
 
-def make_envs(env_id: str, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu") -> VectorEnv:
-    """Build ``num_envs`` copies of the env registered as ``env_id`` on ``device``.
+def is_native_env_id(env_id: str) -> bool:
+    """Whether ``env_id`` has a native torch env (``make_envs``'s ``backend="torch"``)."""
+    return env_id in _REGISTRY
+
+
+def make_envs(
+    env_id: str,
+    num_envs: int,
+    seed: int | None = None,
+    device: torch.device | str = "cpu",
+    backend: str = "auto",
+    **gym_kwargs: Any,
+) -> VectorEnv:
+    """Build ``num_envs`` copies of the env ``env_id`` on ``device``.
+
+    Args:
+        env_id: a registered native id (``registered_env_ids()``) or any gymnasium id.
+        backend: ``"auto"``: the native torch env where one is registered, else gymnasium's
+            through :class:`GymnasiumVectorEnv`; ``"torch"``: native only; ``"gymnasium"``:
+            the adapter even for an id that has a native env (e.g. to compare the two).
+        **gym_kwargs: for the gymnasium adapter only: ``vectorization_mode``, ``render`` and
+            the env's own keyword arguments (see :class:`GymnasiumVectorEnv`).
 
     Raises:
-        ValueError: for an unknown ``env_id`` (the message lists the registered ones).
+        ValueError: for an id that is neither native nor gymnasium's, or a bad ``backend``.
+        TypeError: for ``gym_kwargs`` with a native env.
     """
-    if env_id not in _REGISTRY:
-        raise ValueError(f"unknown env_id {env_id!r}; registered env ids: {', '.join(registered_env_ids())}")
-    return _REGISTRY[env_id](num_envs=num_envs, seed=seed, device=device)
+    check_str("env_id", env_id)
+    check_choice("backend", backend, BACKENDS)
+    if backend != "gymnasium" and env_id in _REGISTRY:
+        if gym_kwargs:
+            raise TypeError(
+                f"make_envs got keyword arguments {sorted(gym_kwargs)} for the native torch env {env_id!r}; "
+                "they are for gymnasium envs only (pass backend='gymnasium' to build gymnasium's version)"
+            )
+        return _REGISTRY[env_id](num_envs=num_envs, seed=seed, device=device)
+    native = f"native env ids: {', '.join(registered_env_ids())}"
+    if backend == "torch":
+        raise ValueError(f"unknown env_id {env_id!r} for backend='torch'; {native}")
+    try:
+        gymnasium_spec(env_id)
+    except ValueError as error:
+        raise ValueError(
+            f"unknown env_id {env_id!r}; {native}; or any gymnasium id (gymnasium.registry), e.g. Acrobot-v1. "
+            f"gymnasium: {error}"
+        ) from None
+    return GymnasiumVectorEnv(env_id, num_envs, seed=seed, device=device, **gym_kwargs)

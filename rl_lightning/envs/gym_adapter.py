@@ -1,0 +1,384 @@
+"""Any gymnasium env id behind the :class:`~rl_lightning.envs.base.VectorEnv` contract.
+
+:class:`GymnasiumVectorEnv` wraps gymnasium's own vector env (``gymnasium.make_vec`` in
+``"sync"`` or ``"async"`` mode, same-step auto-reset) and converts at the boundary: numpy in,
+torch out, one batched conversion per array and no Python loop over envs.
+
+Importing this module also registers ``rl_lightning/CartPolePixels-v1`` with gymnasium:
+CartPole-v1 whose observation is an RGB frame drawn by our torch rasteriser (no pygame).
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+from gymnasium.envs.registration import EnvSpec, load_env_creator
+from torch import Tensor
+
+from rl_lightning._checks import check_bool, check_choice, check_int, check_seed, check_str
+from rl_lightning.envs.base import VectorEnv
+from rl_lightning.envs.render import draw_cartpole
+
+VECTORIZATION_MODES = ("sync", "async")
+CARTPOLE_PIXELS_ID = "rl_lightning/CartPolePixels-v1"
+# Namespaces whose package registers its ids with gymnasium when imported.
+_NAMESPACE_PACKAGES = {"ALE": ("ale_py", "rl_lightning[atari]")}
+
+
+def gymnasium_spec(env_id: str) -> EnvSpec:
+    """gymnasium's spec of ``env_id``, importing the package of a known namespace first
+    (``ALE/...``: ``ale_py``).
+
+    Raises:
+        ValueError: if gymnasium does not know ``env_id`` (with gymnasium's own hint).
+    """
+    check_str("env_id", env_id)
+    namespace = env_id.split("/", 1)[0] if "/" in env_id else None
+    package = _NAMESPACE_PACKAGES.get(namespace)
+    missing = ""
+    if package is not None:
+        try:
+            importlib.import_module(package[0])
+        except ImportError:
+            missing = f"; {namespace} ids need the {package[0]} package: pip install '{package[1]}'"
+    try:
+        return gym.spec(env_id)
+    except (gym.error.Error, ImportError) as error:
+        raise ValueError(f"{env_id!r} is not a gymnasium env id ({error}){missing}") from None
+
+
+def _float32_bounds(bound: np.ndarray) -> np.ndarray:
+    # A float64 bound beyond float32's range becomes +-inf, silently.
+    with np.errstate(over="ignore"):
+        return np.asarray(bound).astype(np.float32)
+
+
+def _is_image(space: gym.spaces.Box) -> bool:
+    """uint8 ``(H, W)``, ``(H, W, 1)`` or ``(H, W, 3)``: kept as uint8 and drawable."""
+    shape = space.shape
+    return space.dtype == np.uint8 and (len(shape) == 2 or (len(shape) == 3 and shape[-1] in (1, 3)))
+
+
+def _unsupported(env_id: str, which: str, space: gym.Space, allowed: str) -> ValueError:
+    return ValueError(
+        f"{env_id!r} has an unsupported {which} space {space!r} ({type(space).__name__}): "
+        f"GymnasiumVectorEnv supports {allowed} (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
+    )
+
+
+class GymnasiumVectorEnv(VectorEnv):
+    """``num_envs`` copies of a gymnasium env id, stepped by gymnasium's own vector env, as tensors.
+
+    The contract is :class:`VectorEnv`'s: tensors on ``device``, auto-reset inside ``step`` with
+    ``info["final_observation"]`` (gymnasium's same-step ``final_obs`` where an episode ended),
+    ``terminated`` / ``truncated`` exactly as gymnasium says. Spaces are converted:
+
+    - Box observations: float32 (from any float, int or bool dtype; bounds cast to float32),
+      except uint8 images (``(H, W)``, ``(H, W, 1)``, ``(H, W, 3)``), which stay uint8 and are
+      what :meth:`draw` can show (``can_draw``).
+    - Discrete observations ``Discrete(n, start)``: one-hot, a float32 ``Box(0, 1, (n,))``
+      (``obs[i, k] = 1`` for gymnasium's observation ``start + k``).
+    - Discrete actions ``Discrete(n, start)``: our ``Discrete(n)``; action ``k`` is gymnasium's
+      ``start + k``. Box actions: a float32 Box with the same bounds (clipped by ``step``).
+    - Any other space (Dict, Tuple, MultiDiscrete, MultiBinary, Text, ...) is a ``ValueError``.
+
+    Seeding: the first reset (and the first after ``reset(seed=s)``) seeds gymnasium's env ``i``
+    with ``seed + i``; later resets continue each env's own RNG, as in gymnasium.
+
+    A gymnasium env cannot save its internal state: :meth:`state_dict` holds only the env id,
+    ``num_envs``, the private generator and ``"restorable": False``; :meth:`load_state_dict` warns
+    and restarts every env with a fresh reset (seeded from the restored generator), so a resumed
+    run goes on with new episodes rather than the saved ones. Likewise ``get_rng_state`` /
+    ``set_rng_state`` cover the private generator only, not gymnasium's per-env RNGs.
+
+    Args:
+        env_id: a gymnasium id (``gymnasium.registry``; ``ALE/...`` imports ``ale_py``).
+        num_envs: number of copies.
+        seed: seed of the first reset (``None``: drawn from torch's global RNG).
+        device: where observations, rewards and flags are returned.
+        vectorization_mode: ``"sync"`` (one process) or ``"async"`` (one subprocess per env).
+        render: build the envs with ``render_mode="rgb_array"`` so that :meth:`render` works
+            (off by default: some envs then set up a renderer, which costs time and memory, and
+            gymnasium's classic-control ones need pygame).
+        **env_kwargs: passed to the env's constructor (``gymnasium.make``), e.g.
+            ``max_episode_steps=100``.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        seed: int | None = None,
+        device: torch.device | str = "cpu",
+        vectorization_mode: str = "sync",
+        render: bool = False,
+        **env_kwargs: Any,
+    ):
+        spec = gymnasium_spec(env_id)
+        check_choice("vectorization_mode", vectorization_mode, VECTORIZATION_MODES)
+        check_bool("render", render)
+        # Checked before any env (or subprocess) exists; the base class checks them again.
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if seed is not None:
+            check_seed("seed", seed)
+        if "render_mode" in env_kwargs:
+            raise TypeError("pass render=True (for render_mode='rgb_array') instead of render_mode")
+        if render:
+            _check_rgb_array(env_id, _declared_render_modes(spec))  # before building, where known
+            env_kwargs["render_mode"] = "rgb_array"
+
+        self.env_id = env_id
+        self.vectorization_mode = vectorization_mode
+        #: gymnasium's vector env doing the work.
+        self.gymnasium_envs = gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode=vectorization_mode,
+            # copy=False: every array is converted (copied) into a fresh tensor anyway.
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP, "copy": False},
+            **env_kwargs,
+        )
+        try:
+            self._convert_observation_space(env_id, self.gymnasium_envs.single_observation_space)
+            self._convert_action_space(env_id, self.gymnasium_envs.single_action_space)
+            metadata = self.gymnasium_envs.metadata
+            if render:
+                _check_rgb_array(env_id, metadata.get("render_modes", []))
+            super().__init__(num_envs, seed, device)
+        except BaseException:
+            self.gymnasium_envs.close()
+            raise
+        fps = metadata.get("render_fps")
+        if isinstance(fps, (int, float)) and not isinstance(fps, bool) and fps > 0:
+            self.render_fps = max(1, round(fps))
+        self.can_draw = self._obs_kind == "image"
+        self.can_render = render
+        self._on_cpu = self.device.type == "cpu"
+        self._needs_reset = True
+
+    def _convert_observation_space(self, env_id: str, space: gym.Space) -> None:
+        """Set ``single_observation_space`` (our form) and how to convert gymnasium's obs."""
+        if isinstance(space, gym.spaces.Discrete):
+            self._obs_kind = "one_hot"
+            self._obs_start = int(space.start)
+            self._obs_size = int(space.n)
+            self.single_observation_space = gym.spaces.Box(0.0, 1.0, (int(space.n),), np.float32)
+        elif isinstance(space, gym.spaces.Box) and _is_image(space):
+            self._obs_kind = "image"
+            self.single_observation_space = space
+        elif isinstance(space, gym.spaces.Box):
+            self._obs_kind = "float32" if space.dtype == np.float32 else "cast"
+            low, high = _float32_bounds(space.low), _float32_bounds(space.high)
+            self.single_observation_space = gym.spaces.Box(low, high, space.shape, np.float32)
+        else:
+            raise _unsupported(env_id, "observation", space, "Box and Discrete observations")
+
+    def _convert_action_space(self, env_id: str, space: gym.Space) -> None:
+        """Set ``single_action_space`` (our form) and how to map actions back to gymnasium's."""
+        if isinstance(space, gym.spaces.Discrete):
+            self._action_start = int(space.start)
+            self.single_action_space = gym.spaces.Discrete(int(space.n))
+        elif isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
+            self._action_np_dtype = space.dtype
+            low, high = _float32_bounds(space.low), _float32_bounds(space.high)
+            self.single_action_space = gym.spaces.Box(low, high, space.shape, np.float32)
+        else:
+            raise _unsupported(env_id, "action", space, "Discrete and floating Box actions")
+
+    # -- the contract ---------------------------------------------------------------------
+
+    def seed(self, seed: int | None) -> None:
+        """Seed the private generator and the next reset of the gymnasium envs (env ``i`` gets
+        ``seed + i``; ``None``: a seed from torch's global RNG)."""
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        super().seed(seed)
+        self._reset_seed: int | None = seed
+
+    def _reset_all(self) -> Tensor:
+        obs, _ = self.gymnasium_envs.reset(seed=self._reset_seed)
+        self._reset_seed = None  # later resets continue each env's RNG
+        self._needs_reset = False
+        return self._obs_tensor(obs)
+
+    def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
+        if self._needs_reset:  # stepped before any reset: start where reset() would
+            self._reset_all()
+        gym_actions = self._numpy(actions)
+        if self.action_kind == "discrete":
+            if gym_actions.dtype != np.int64 or self._action_start:
+                gym_actions = gym_actions.astype(np.int64) + self._action_start
+        elif self._action_np_dtype != np.float32:
+            gym_actions = gym_actions.astype(self._action_np_dtype)
+        obs, reward, terminated, truncated, info = self.gymnasium_envs.step(gym_actions)
+        next_obs = self._obs_tensor(obs)
+        ended = info.get("_final_obs")
+        if ended is None:  # gymnasium adds the key only when an episode ended
+            final_obs = next_obs
+        else:
+            # Built in numpy: one masked assignment costs less than a torch index_put.
+            final = np.array(obs)
+            final[ended] = np.array(info["final_obs"][ended].tolist(), dtype=final.dtype)
+            final_obs = self._obs_tensor(final, owned=True)
+        reward = torch.from_numpy(reward.astype(np.float32))
+        # gymnasium returns fresh flag arrays: no copy needed.
+        terminated, truncated = torch.from_numpy(terminated), torch.from_numpy(truncated)
+        if not self._on_cpu:
+            reward, terminated, truncated = (
+                reward.to(self.device),
+                terminated.to(self.device),
+                truncated.to(self.device),
+            )
+        return next_obs, reward, terminated, truncated, {"final_observation": final_obs}
+
+    def _check_action_values(self, actions: Tensor) -> None:
+        # The actions go to numpy for gymnasium anyway: numpy's reductions cost less than
+        # torch's for a small batch (the same checks and messages as the base class).
+        values = self._numpy(actions)
+        if self.action_kind == "discrete":
+            low, high = int(values.min()), int(values.max())
+            if low < 0 or high >= self.num_actions:
+                raise ValueError(f"actions must be in [0, {self.num_actions}), got values in [{low}, {high}]")
+        elif not np.isfinite(values).all():
+            raise ValueError("actions must be finite, got NaN or infinite values")
+
+    def _numpy(self, tensor: Tensor) -> np.ndarray:
+        """``tensor`` as a numpy array on the CPU (each torch call costs microseconds here)."""
+        if tensor.requires_grad:
+            tensor = tensor.detach()
+        return tensor.numpy() if self._on_cpu else tensor.cpu().numpy()
+
+    def _obs_tensor(self, array: np.ndarray, owned: bool = False) -> Tensor:
+        """A ``(batch, *obs_shape)`` tensor on ``self.device`` that does not alias ``array``
+        unless ``owned`` (gymnasium reuses its buffers with ``copy=False``)."""
+        if self._obs_kind == "one_hot":
+            index = torch.from_numpy(np.asarray(array, dtype=np.int64) - self._obs_start).to(self.device)
+            one_hot = torch.zeros(index.shape[0], self._obs_size, device=self.device)
+            return one_hot.scatter_(1, index.unsqueeze(1), 1.0)
+        if self._obs_kind == "cast":
+            tensor = torch.from_numpy(array.astype(np.float32))
+        elif self._on_cpu:
+            return torch.from_numpy(array if owned else array.copy())
+        else:
+            tensor = torch.from_numpy(array)
+        return tensor if self._on_cpu else tensor.to(self.device)
+
+    def draw(self, obs: Tensor) -> Tensor:
+        """Image observations ``(*batch, H, W[, 1 or 3])`` as uint8 RGB ``(*batch, H, W, 3)`` on the CPU."""
+        if not self.can_draw:
+            raise NotImplementedError(
+                f"GymnasiumVectorEnv cannot draw {self.env_id!r}'s observations (only uint8 image observations); "
+                "build it with render=True and call render() for the current frames instead"
+            )
+        if obs.ndim < len(self.obs_shape) or tuple(obs.shape[obs.ndim - len(self.obs_shape) :]) != self.obs_shape:
+            raise ValueError(f"obs must have shape (*batch, *{self.obs_shape}), got {tuple(obs.shape)}")
+        images = obs.detach().to("cpu", torch.uint8)
+        if len(self.obs_shape) == 2:
+            images = images.unsqueeze(-1)
+        return images.expand(*images.shape[:-1], 3).clone()
+
+    def render(self) -> Tensor:
+        """The current frame of every env, uint8 ``(num_envs, H, W, 3)`` on the CPU (needs ``render=True``)."""
+        if not self.can_render:
+            raise NotImplementedError(f"build GymnasiumVectorEnv({self.env_id!r}, ...) with render=True to render it")
+        if self._needs_reset:
+            self._reset_all()
+        return torch.from_numpy(np.stack(self.gymnasium_envs.render()))
+
+    def close(self) -> None:
+        """Close gymnasium's vector env (and its subprocesses in ``"async"`` mode)."""
+        self.gymnasium_envs.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """What can be saved: env id, ``num_envs``, the private generator; ``"restorable": False``
+        (gymnasium envs cannot save their internal state)."""
+        return {**super().state_dict(), "env_id": self.env_id, "restorable": False}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the private generator, warn, and restart every env with a fresh reset (a
+        gymnasium env cannot be put back into a saved state).
+
+        Raises:
+            ValueError: if the state comes from another env type, env id or ``num_envs``.
+        """
+        if state.get("env_id") != self.env_id:
+            raise ValueError(f"state is for env id {state.get('env_id')!r}, this env is {self.env_id!r}")
+        super().load_state_dict(state)
+        warnings.warn(
+            f"GymnasiumVectorEnv({self.env_id!r}) cannot restore the saved state of gymnasium envs: "
+            "every env restarts with a fresh reset",
+            UserWarning,
+            stacklevel=2,
+        )
+        self.seed(int(torch.randint(0, 2**62, (1,), generator=self.generator).item()))
+        self._reset_all()
+
+    def __repr__(self) -> str:
+        return (
+            f"GymnasiumVectorEnv({self.env_id!r}, num_envs={self.num_envs}, device={self.device}, "
+            f"vectorization_mode={self.vectorization_mode!r})"
+        )
+
+
+def _check_rgb_array(env_id: str, render_modes: list[str] | None) -> None:
+    """``render=True`` needs ``render_mode="rgb_array"`` (``render_modes`` None: unknown yet)."""
+    if render_modes is not None and "rgb_array" not in render_modes:
+        raise ValueError(f"render=True needs render_mode 'rgb_array', which {env_id!r} lacks: {render_modes}")
+
+
+def _declared_render_modes(spec: EnvSpec) -> list[str] | None:
+    """The render modes an env class declares, without building it (None: unknown)."""
+    try:
+        creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    except Exception:  # the build itself reports a bad entry point
+        return None
+    metadata = getattr(creator, "metadata", None)
+    return list(metadata.get("render_modes", [])) if isinstance(metadata, dict) else None
+
+
+class CartPolePixelsEnv(gym.ObservationWrapper):
+    """gymnasium's CartPole-v1 seen as pixels: the observation is an RGB uint8 ``(height, width, 3)``
+    frame of the state, drawn by :func:`~rl_lightning.envs.render.draw_cartpole` (no pygame).
+
+    Registered as ``rl_lightning/CartPolePixels-v1`` (with the 500-step time limit).
+    ``render_mode="rgb_array"`` renders the latest observation.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 50}  # noqa: RUF012 - gymnasium's convention
+
+    def __init__(self, height: int = 64, width: int = 96, render_mode: str | None = None):
+        super().__init__(CartPoleEnv())
+        self.height = check_int("height", height, minimum=8)
+        self.width = check_int("width", width, minimum=8)
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self._render_mode = render_mode
+        self.observation_space = gym.spaces.Box(0, 255, (self.height, self.width, 3), np.uint8)
+        self._frame: np.ndarray | None = None
+
+    @property
+    def render_mode(self) -> str | None:
+        return self._render_mode
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        self._frame = draw_cartpole(torch.from_numpy(observation), self.height, self.width).numpy()
+        return self._frame
+
+    def render(self) -> np.ndarray | None:
+        return None if self._frame is None or self._render_mode is None else self._frame.copy()
+
+
+if CARTPOLE_PIXELS_ID not in gym.registry:  # importing this module twice registers once
+    gym.register(
+        id=CARTPOLE_PIXELS_ID,
+        entry_point="rl_lightning.envs.gym_adapter:CartPolePixelsEnv",
+        max_episode_steps=500,
+        reward_threshold=475.0,
+    )
