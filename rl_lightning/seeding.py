@@ -13,17 +13,13 @@ from rl_lightning._checks import check_int, check_seed, check_str
 
 
 def derive_seed(seed: int, stream: str, rank: int = 0) -> int:
-    """The seed of the named ``stream`` of process ``rank`` for a run seeded with ``seed``.
-
-    ``"envs"`` is ``seed + rank`` (the convention of gymnasium's vector envs and of the design
-    notes: rank r's envs are those of a run seeded ``seed + r``); every other stream is a 63-bit
-    hash of ``(seed, stream, rank)``, independent of the others.
+    """The seed of the named ``stream`` (``"actions"``, ``"replay"``, ...) of process ``rank`` for a
+    run seeded with ``seed``: a 63-bit hash of ``(seed, stream, rank)``, independent of every other
+    stream. (The envs are seeded directly: rank r's with ``seed + r * num_envs``, see ``RLModule``.)
     """
     check_seed("seed", seed)
     check_str("stream", stream)
     check_int("rank", rank, 0)
-    if stream == "envs":
-        return seed + rank
     digest = hashlib.blake2b(f"{seed}/{stream}/{rank}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1
 

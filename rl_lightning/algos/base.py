@@ -4,7 +4,7 @@ It owns what is the same for all of them, so an algorithm is only its loss, its 
 settings and its networks:
 
 - the env: its spaces (checked against the algorithm's, from a one-copy instance), and the
-  training envs built on the module's device in ``train_dataloader`` (seed + rank);
+  training envs built on the module's device in ``train_dataloader`` (rank r: seed + r * num_envs);
 - the env-step clock (all processes, one convention) and the run's plan in env steps;
 - episode statistics (gymnasium's ``RecordEpisodeStatistics``: the episodes that finished since
   the last log), ``charts/SPS`` and the progress-bar fields, the same for every algorithm;
@@ -29,11 +29,12 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from rl_lightning._checks import check_bool, check_int, check_seed, check_str
+from rl_lightning._checks import check_bool, check_choice, check_int, check_seed, check_str
 from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
+from rl_lightning.envs.registry import BACKENDS, is_native_env_id
 from rl_lightning.seeding import derive_seed
 
 #: The key of the module's payload in a Lightning checkpoint.
@@ -53,10 +54,13 @@ class RLModule(L.LightningModule):
     """Base class of the algorithm modules (``VPGModule``, ``DQNModule``, ...).
 
     Args:
-        env_id: a registered env id (``rl_lightning.registered_env_ids()``).
+        env_id: a native env id (``rl_lightning.registered_env_ids()``) or any gymnasium id.
         num_envs: envs stepped in lock-step per process.
-        seed: seeds everything: network init (the same on every rank), the envs (``seed + rank``)
-            and the other named streams (``rl_lightning.seeding.derive_seed``).
+        seed: seeds everything: network init (the same on every rank), the envs (rank r's with
+            ``seed + r * num_envs``) and the other named streams (``rl_lightning.seeding``).
+        env_backend: ``"auto"`` (the native torch env where there is one, else gymnasium's through
+            the adapter), ``"torch"`` or ``"gymnasium"`` (the adapter even for a native id).
+        env_kwargs: passed to gymnasium envs (``make_envs``), e.g. ``{"vectorization_mode": "async"}``.
     """
 
     #: Action spaces the algorithm can learn: "discrete", "box".
@@ -65,14 +69,26 @@ class RLModule(L.LightningModule):
     #: every ``Trainer(log_every_n_steps)`` optimizer steps.
     log_per_epoch: ClassVar[bool] = False
 
-    def __init__(self, env_id: str, num_envs: int, seed: int):
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        seed: int,
+        env_backend: str = "auto",
+        env_kwargs: dict[str, Any] | None = None,
+    ):
         super().__init__()
         check_str("env_id", env_id)
         check_int("num_envs", num_envs, 1)
         check_seed("seed", seed)
+        check_choice("env_backend", env_backend, BACKENDS)
+        if env_kwargs is not None and not isinstance(env_kwargs, dict):
+            raise TypeError(f"env_kwargs must be a dict or None, got {type(env_kwargs).__name__}")
+        self._env_options = {"backend": env_backend, **(env_kwargs or {})}
+        self._gymnasium_env = env_backend == "gymnasium" or (env_backend == "auto" and not is_native_env_id(env_id))
         # A one-copy instance of the env gives its spaces (and checks env_id); no env is kept, so
         # the module pickles (ddp_spawn) whatever the env holds.
-        spec_env = make_envs(env_id, num_envs=1, seed=seed)
+        spec_env = make_envs(env_id, num_envs=1, seed=seed, **self._env_options)
         spec_env.close()
         if spec_env.action_kind not in self.action_kinds:
             raise ValueError(
@@ -134,9 +150,11 @@ class RLModule(L.LightningModule):
 
     # -- envs and data -------------------------------------------------------------------
 
-    def make_envs(self, num_envs: int, seed: int) -> VectorEnv:
-        """A fresh instance of the module's env with ``num_envs`` copies on its device."""
-        return make_envs(self.hparams.env_id, num_envs, seed=seed, device=self.device)
+    def make_envs(self, num_envs: int, seed: int, render: bool = False) -> VectorEnv:
+        """A fresh instance of the module's env with ``num_envs`` copies on its device; ``render``
+        builds a gymnasium env able to ``render()`` its frames (native envs ``draw`` any obs)."""
+        options = {**self._env_options, "render": True} if render and self._gymnasium_env else self._env_options
+        return make_envs(self.hparams.env_id, num_envs, seed=seed, device=self.device, **options)
 
     def latest_rollout(self) -> RolloutTensors | None:
         """The newest on-policy rollout of the training envs (None for off-policy algorithms)."""
@@ -150,8 +168,10 @@ class RLModule(L.LightningModule):
         return DataLoader(self.source, batch_size=None, num_workers=0)
 
     def _build_source(self) -> EnvSource:
-        seed, rank, world_size = self.hparams.seed, self.global_rank, self.world_size
-        envs = self.make_envs(self.hparams.num_envs, derive_seed(seed, "envs", rank))
+        seed, rank, world_size, num_envs = self.hparams.seed, self.global_rank, self.world_size, self.hparams.num_envs
+        # Rank r's envs get the seeds gymnasium would give envs r * n .. r * n + n - 1 of one vector
+        # env of all ranks (its sub-env i is seeded seed + i): no two envs of a run share a seed.
+        envs = self.make_envs(num_envs, seed + rank * num_envs)
         source = self.make_source(envs, derive_seed(seed, "actions", rank), world_size, self._start_env_steps)
         states, self._restored_sources = self._restored_sources, None
         if states is not None:

@@ -47,8 +47,8 @@ class DQNModule(RLModule):
     this lr, with Q-values growing ~2x faster than under MSE early on: keep ``loss="mse"``.
 
     Args:
-        env_id: a registered env id (``rl_lightning.envs.registered_env_ids()``) with a ``Discrete``
-            action space.
+        env_id: a native env id (``rl_lightning.registered_env_ids()``) or any gymnasium id, with a
+            ``Discrete`` action space.
         num_envs: envs stepped in lock-step per process.
         buffer_size: replay capacity in transitions (per process).
         batch_size: transitions per TD update.
@@ -75,6 +75,9 @@ class DQNModule(RLModule):
         network: your own encoder (observations -> features; a Linear layer to the Q-values is
             added); None: an MLP of ``hidden_sizes`` (a CNN for image observations). Not saved in
             checkpoints' hyper-parameters: pass it again to ``load_from_checkpoint``.
+        env_backend: ``"auto"`` (native torch env where there is one, else gymnasium's),
+            ``"torch"``, or ``"gymnasium"`` (the adapter, also for a native id).
+        env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
     """
 
     action_kinds = ("discrete",)
@@ -102,8 +105,10 @@ class DQNModule(RLModule):
         hidden_sizes: Sequence[int] = (120, 84),
         checkpoint_buffer: bool = True,
         network: nn.Module | None = None,
+        env_backend: str = "auto",
+        env_kwargs: dict[str, Any] | None = None,
     ):
-        super().__init__(env_id, num_envs, seed)
+        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs)
         check_int("buffer_size", buffer_size, num_envs)
         check_int("batch_size", batch_size, 1)
         check_int("learning_starts", learning_starts, 0)

@@ -55,7 +55,7 @@ class PPOModule(RLModule):
     one CPU thread (``scripts/train_ppo.py``; ``benchmarks/results/ppo.md``).
 
     Args:
-        env_id: a registered env id (``rl_lightning.registered_env_ids()``).
+        env_id: a native env id (``rl_lightning.registered_env_ids()``) or any gymnasium id.
         num_envs: envs stepped in lock-step per process.
         num_steps_per_rollout: steps per env in one rollout.
         lr: Adam learning rate.
@@ -84,6 +84,9 @@ class PPOModule(RLModule):
         network: your own encoder (observations -> features) for the actor (the critic gets a
             copy, or shares it); None: an MLP (a CNN for image observations). Not saved in
             checkpoints' hyper-parameters: pass it again to ``load_from_checkpoint``.
+        env_backend: ``"auto"`` (native torch env where there is one, else gymnasium's),
+            ``"torch"``, or ``"gymnasium"`` (the adapter, also for a native id).
+        env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
     """
 
     log_per_epoch = True
@@ -114,8 +117,10 @@ class PPOModule(RLModule):
         adam_eps: float = 1e-5,
         seed: int = 1,
         network: nn.Module | None = None,
+        env_backend: str = "auto",
+        env_kwargs: dict[str, Any] | None = None,
     ):
-        super().__init__(env_id, num_envs, seed)
+        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs)
         check_int("num_steps_per_rollout", num_steps_per_rollout, 1)
         check_float("lr", lr, 0.0, low_open=True)
         check_bool("anneal_lr", anneal_lr)

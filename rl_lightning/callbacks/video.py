@@ -42,6 +42,46 @@ def greedy_rollout(pl_module: RLModuleProtocol, num_envs: int, num_steps: int, s
     return torch.stack(all_obs, dim=1), torch.stack(all_dones, dim=1)
 
 
+@torch.no_grad()
+def greedy_frames(
+    pl_module: RLModuleProtocol, num_envs: int, num_steps: int, seed: int, frame_stride: int, max_side: int = 160
+) -> tuple[Tensor, Tensor]:
+    """Play ``num_steps`` greedy steps on a fresh env instance that renders its own frames (a
+    gymnasium env with an ``rgb_array`` renderer), keeping every ``frame_stride``-th frame,
+    shrunk to at most ``max_side`` pixels a side.
+
+    Returns:
+        uint8 frames ``(num_envs, ceil(num_steps / frame_stride), H, W, 3)`` on the CPU and bool
+        dones ``(num_envs, num_steps)``.
+
+    Raises:
+        NotImplementedError: if the env cannot render.
+    """
+    envs = pl_module.make_envs(num_envs, seed, render=True)
+    try:
+        if not envs.can_render:
+            raise NotImplementedError(f"{type(envs).__name__} cannot render its frames")
+        obs, _ = envs.reset()
+        frames, dones = [], []
+        for t in range(num_steps):
+            if t % frame_stride == 0:
+                frames.append(_shrink(envs.render(), max_side))
+            obs, _, terminated, truncated, _ = envs.step(pl_module.act(obs, greedy=True))
+            dones.append(terminated | truncated)
+    finally:
+        envs.close()
+    return torch.stack(frames, dim=1), torch.stack(dones, dim=1).cpu()
+
+
+def _shrink(frames: Tensor, max_side: int) -> Tensor:
+    """Average-pool uint8 frames ``(n, H, W, 3)`` by the integer factor that fits ``max_side``."""
+    factor = -(-max(frames.shape[1:3]) // max_side)
+    if factor <= 1:
+        return frames
+    pooled = torch.nn.functional.avg_pool2d(frames.permute(0, 3, 1, 2).float(), factor)
+    return pooled.round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
 def _every_kth_step(obs: Tensor, dones: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """CPU copies of every k-th step's obs ``(n, T, ...)`` and, for each kept step, whether an
     episode ended on it or on one of the k - 1 skipped steps after it."""
@@ -49,6 +89,10 @@ def _every_kth_step(obs: Tensor, dones: Tensor, k: int) -> tuple[Tensor, Tensor]
     num_steps = dones.shape[1]
     padded = torch.nn.functional.pad(dones, (0, -num_steps % k))
     return obs[:, ::k].clone(), padded.view(dones.shape[0], -1, k).any(dim=2)
+
+
+def _identity(frames: Tensor) -> Tensor:
+    return frames
 
 
 class GridVideoLogger(L.Callback):
@@ -124,30 +168,30 @@ class GridVideoLogger(L.Callback):
             return
         start = time.perf_counter()
         spec_env = pl_module.make_envs(1, 0)
-        if not spec_env.can_draw:
-            if not self._cannot_draw_warned:
-                rank_zero_warn(
-                    f"GridVideoLogger: {pl_module.hparams.env_id} cannot draw its observations, so no videos are "
-                    "logged (training goes on)"
-                )
-                self._cannot_draw_warned = True
-            return
-        rollout = pl_module.latest_rollout()
+        spec_env.close()
+        fps = (self.fps or spec_env.render_fps) / self.frame_stride
+        rollout = pl_module.latest_rollout() if spec_env.can_draw else None
         if rollout is not None:
             obs, dones = rollout.obs[:16, : self.num_steps], rollout.dones[:16, : self.num_steps]
-            rewards = rollout.rewards[:16, : self.num_steps]
-        else:
-            obs, dones = greedy_rollout(pl_module, 16, self.num_steps, self.seed)
-            rewards = None
-        if rewards is not None:
-            mean_return = first_episode_stats(rewards, dones).returns.mean().item()
+            mean_return = first_episode_stats(rollout.rewards[:16, : self.num_steps], dones).returns.mean().item()
             caption = f"env steps {pl_module.env_steps:,}: rollout, mean first-episode return {mean_return:.1f}"
+            obs, dones = _every_kth_step(obs.detach(), dones, self.frame_stride)
+            draw = spec_env.draw
         else:
-            length = first_episode_stats(torch.ones(dones.shape), dones.cpu()).lengths.mean().item()
+            if spec_env.can_draw:
+                obs, all_dones = greedy_rollout(pl_module, 16, self.num_steps, self.seed)
+                obs, dones = _every_kth_step(obs, all_dones, self.frame_stride)
+                draw = spec_env.draw
+            else:  # e.g. a gymnasium env: its own renderer draws the current state
+                try:
+                    obs, all_dones = greedy_frames(pl_module, 16, self.num_steps, self.seed, self.frame_stride)
+                except (NotImplementedError, ValueError, TypeError) as error:
+                    self._warn_no_video(pl_module, error)
+                    return
+                dones = _every_kth_step(obs, all_dones, self.frame_stride)[1]  # obs are every k-th already
+                draw = _identity
+            length = first_episode_stats(torch.ones(all_dones.shape), all_dones.cpu()).lengths.mean().item()
             caption = f"env steps {pl_module.env_steps:,}: greedy policy, mean first-episode length {length:.1f}"
-        obs, dones = _every_kth_step(obs.detach(), dones, self.frame_stride)
-        draw = spec_env.draw
-        fps = (self.fps or spec_env.render_fps) / self.frame_stride
         log_dir = Path(trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir)
         path = log_dir / "videos" / f"step_{pl_module.env_steps}.mp4"
         writer = trainer.logger.experiment if isinstance(trainer.logger, TensorBoardLogger) else None
@@ -157,6 +201,14 @@ class GridVideoLogger(L.Callback):
             self._executor.submit(self._render, obs, dones, draw, fps, path, writer, pl_module.env_steps, caption)
         )
         self.training_seconds.append(time.perf_counter() - start)
+
+    def _warn_no_video(self, pl_module: RLModuleProtocol, error: BaseException) -> None:
+        if not self._cannot_draw_warned:
+            rank_zero_warn(
+                f"GridVideoLogger: {pl_module.hparams.env_id} can neither draw its observations nor render "
+                f"its frames ({error}), so no videos are logged; training goes on"
+            )
+            self._cannot_draw_warned = True
 
     def _render(self, obs, dones, draw, fps, path: Path, writer, env_steps: int, caption: str) -> None:
         start = time.perf_counter()

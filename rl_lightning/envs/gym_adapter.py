@@ -110,6 +110,8 @@ class GymnasiumVectorEnv(VectorEnv):
             ``max_episode_steps=100``.
     """
 
+    restorable = False  # gymnasium envs cannot save their internal state
+
     def __init__(
         self,
         env_id: str,

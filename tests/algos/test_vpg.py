@@ -24,7 +24,7 @@ def _trainer(**kwargs) -> L.Trainer:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        (dict(env_id="Nope-v0"), "registered env ids"),
+        (dict(env_id="Nope-v0"), "native env ids: .* or any gymnasium id"),
         (dict(num_envs=0), "num_envs"),
         (dict(num_envs=2.5), "num_envs"),
         (dict(num_steps_per_rollout=0), "num_steps_per_rollout"),

@@ -99,3 +99,50 @@ def test_greedy_clip_for_modules_without_a_rollout(tmp_path):
     obs, dones = greedy_rollout(module, num_envs=16, num_steps=200, seed=0)
     assert obs.shape == (16, 200, 4) and dones.shape == (16, 200)
     assert dones.any()  # an untrained greedy policy drops the pole within 200 steps
+
+
+def test_a_gymnasium_env_that_cannot_draw_is_filmed_through_its_own_renderer(tmp_path):
+    """MountainCar-v0 through the adapter (float observations, no `draw`): the clip is a greedy
+    rollout of envs built with render_mode="rgb_array", frames shrunk to at most 160 px a side."""
+    video = GridVideoLogger(every_n_env_steps=10**9, num_steps=6, frame_stride=2)
+    trainer = L.Trainer(
+        max_steps=1, default_root_dir=tmp_path, callbacks=[video], enable_progress_bar=False, enable_checkpointing=False
+    )
+    module = VPGModule(env_id="MountainCar-v0", env_backend="gymnasium", num_envs=2, num_steps_per_rollout=4)
+    trainer.fit(module)
+    video.wait()
+    frames = iio.imread(video.video_paths[0])
+    # gymnasium draws 400 x 600; shrunk by 4 to 100 x 150 per cell, 4 x 4 cells with borders
+    assert frames.shape == (3, 4 * 100 + 6, 4 * 150 + 6, 3)
+
+
+def test_an_env_that_can_neither_draw_nor_render_warns_once_and_training_goes_on(tmp_path):
+    import gymnasium as gym
+
+    class Blind(gym.Env):
+        observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed)
+            return np.zeros(2, np.float32), {}
+
+        def step(self, action):
+            return np.zeros(2, np.float32), 1.0, False, False, {}
+
+    gym.register("_TestBlind-v0", entry_point=Blind, max_episode_steps=3)
+    try:
+        video = GridVideoLogger(every_n_env_steps=1, num_steps=3)
+        trainer = L.Trainer(
+            max_steps=3,
+            default_root_dir=tmp_path,
+            callbacks=[video],
+            enable_progress_bar=False,
+            enable_checkpointing=False,
+        )
+        with pytest.warns(UserWarning, match="can neither draw its observations nor render") as record:
+            trainer.fit(VPGModule(env_id="_TestBlind-v0", num_envs=2, num_steps_per_rollout=3))
+        assert sum("GridVideoLogger" in str(warning.message) for warning in record) == 1
+        assert trainer.global_step == 3 and video.video_paths == []
+    finally:
+        del gym.registry["_TestBlind-v0"]
