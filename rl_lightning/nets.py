@@ -73,8 +73,10 @@ def as_action_space(space: gym.spaces.Discrete | gym.spaces.Box | int) -> gym.Sp
 
 
 def is_image_space(space: gym.spaces.Box) -> bool:
-    """A rank-3 observation with 1, 3 or 4 channels first or last."""
+    """A rank-3 observation with 1, 3 or 4 channels first or last, or a rank-2 uint8 one (grey)."""
     shape = space.shape
+    if len(shape) == 2:
+        return space.dtype == np.uint8
     return len(shape) == 3 and (shape[-1] in _IMAGE_CHANNELS or shape[0] in _IMAGE_CHANNELS)
 
 
@@ -107,13 +109,17 @@ class ImageEncoder(nn.Module):
     uint8 pixels are scaled to [0, 1]; float images are taken as they are.
 
     Args:
-        obs_shape: ``(H, W, C)`` (channels last, gymnasium's layout) or ``(C, H, W)``.
+        obs_shape: ``(H, W, C)`` (channels last, gymnasium's layout), ``(C, H, W)``, or ``(H, W)``
+            (one channel).
     """
 
     def __init__(self, obs_shape: Sequence[int]):
         super().__init__()
-        if len(obs_shape) != 3:
-            raise ValueError(f"an image observation must be (H, W, C) or (C, H, W), got {tuple(obs_shape)}")
+        if len(obs_shape) not in (2, 3):
+            raise ValueError(f"an image observation must be (H, W, C), (C, H, W) or (H, W), got {tuple(obs_shape)}")
+        self.input_shape = tuple(obs_shape)
+        if len(obs_shape) == 2:
+            obs_shape = (*obs_shape, 1)
         self.channels_last = obs_shape[-1] in _IMAGE_CHANNELS
         channels, height, width = (obs_shape[2], *obs_shape[:2]) if self.channels_last else tuple(obs_shape)
         if min(height, width) >= _NATURE_MIN_SIZE:
@@ -133,7 +139,7 @@ class ImageEncoder(nn.Module):
 
     def forward(self, obs: Tensor) -> Tensor:
         """``(*batch, *obs_shape)`` -> ``(*batch, 512)``."""
-        batch_shape = obs.shape[:-3]
+        batch_shape = obs.shape[: obs.dim() - len(self.input_shape)]
         pixels = obs.reshape(-1, *self.obs_shape)
         pixels = pixels.float() / 255.0 if pixels.dtype == torch.uint8 else pixels.float()
         if self.channels_last:

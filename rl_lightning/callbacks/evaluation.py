@@ -80,7 +80,7 @@ class Evaluation(L.Callback):
     Args:
         every_n_env_steps: evaluation period in env steps.
         num_eval_episodes: episodes per evaluation (per process).
-        seed: evaluation envs' seed (plus the process rank).
+        seed: evaluation envs' seed (rank r: seed + r * num_eval_episodes).
         max_episode_steps: cap on an episode's length.
     """
 
@@ -109,7 +109,7 @@ class Evaluation(L.Callback):
         """Run one evaluation now and return the reduced metrics."""
         was_training = pl_module.training
         pl_module.eval()
-        seed = self.seed + trainer.global_rank
+        seed = self.seed + trainer.global_rank * self.num_eval_episodes  # no two envs share a seed
         result = evaluate_policy(
             lambda obs: pl_module.act(obs, greedy=True),
             pl_module.make_envs(self.num_eval_episodes, seed),

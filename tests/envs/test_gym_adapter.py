@@ -1,6 +1,5 @@
 """GymnasiumVectorEnv (rl_lightning/envs/gym_adapter.py): any gymnasium id behind the VectorEnv contract."""
 
-import importlib.util
 from copy import deepcopy
 
 import gymnasium as gym
@@ -523,7 +522,6 @@ def test_close_closes_gymnasiums_vector_env():
     assert env.gymnasium_envs.closed
 
 
-@pytest.mark.skipif(importlib.util.find_spec("ale_py") is None, reason="ale_py is not installed (the atari extra)")
 def test_atari_pong_through_make_envs():
     env = make_envs("ALE/Pong-v5", 2, seed=0)
     assert isinstance(env, GymnasiumVectorEnv) and env.num_actions == 6 and env.can_draw
