@@ -10,6 +10,7 @@ from rl_lightning.nets import ImageEncoder
 def _fit(module, max_steps):
     trainer = L.Trainer(
         max_steps=max_steps,
+        log_every_n_steps=1,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
