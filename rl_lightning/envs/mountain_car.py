@@ -147,10 +147,10 @@ class MountainCarContinuous(_MountainCarBase):
         num_envs: number of copies.
         seed: seed of the private generator.
         device: where the state lives.
-        dtype: ``torch.float32`` (default, fastest) or ``torch.float64``: gymnasium's own
-            arithmetic, which is float64 on an episode's first step and float32 after it (its
-            state is stored as float32, and numpy keeps float32 with Python floats); whole
-            trajectories then agree with it to rounding. Observations are float32 either way.
+        dtype: ``torch.float32`` (default, fastest) or ``torch.float64``: then gymnasium's own
+            arithmetic, float64 on an episode's first step and float32 after it (gymnasium stores
+            its state as float32); whole trajectories then agree with it exactly (but for the
+            last bit of a cosine now and then). Observations are float32 either way.
         max_episode_steps: the time limit (999 for ``MountainCarContinuous-v0``).
 
     ``env.state`` is the physical state ``(num_envs, 2)`` = (position, velocity); it may be read
@@ -170,12 +170,6 @@ class MountainCarContinuous(_MountainCarBase):
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (1,), dtype=np.float32)
         super().__init__(num_envs, seed, device, dtype, max_episode_steps)
         self._goal_reward = self._constant(CONTINUOUS_GOAL_REWARD)
-        if dtype == torch.float64:
-            # gymnasium compares its float32 state with its bounds (and goal) in float32.
-            self._min_position = self._constant(float(np.float32(MIN_POSITION)))
-            self._max_position32 = self._constant(float(np.float32(MAX_POSITION)))
-            self._max_speed32 = self._constant(float(np.float32(MAX_SPEED)))
-            self._goal_position = self._constant(float(np.float32(CONTINUOUS_GOAL_POSITION)))
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         self._check_actions(actions)
@@ -187,35 +181,35 @@ class MountainCarContinuous(_MountainCarBase):
         return actions[:, 0] * POWER
 
     def _move_like_gymnasium(self, actions: Tensor, unclipped_actions: Tensor) -> tuple[Tensor, Tensor]:
-        """``_move`` rounded to float32 exactly where gymnasium's step rounds (float64 envs).
-
-        gymnasium's state is float64 after a reset and float32 after every step, and numpy 2
-        computes a float32 with a Python float in float32. So after an episode's first step
-        ``3 position``, the gravity term, the velocity and the position are rounded to float32,
-        and so is the engine term of an action within bounds (always: the action is float32;
-        a clipped action is the Python float +-1). Sums of float32 numbers are formed exactly
-        in float64, then rounded once.
-        """
-        position, velocity = self._state
+        """``_move`` in gymnasium's own precision (float64 envs): its state is float64 after a
+        reset and float32 after every step, and numpy 2 keeps float32 arithmetic with Python
+        floats. So an episode's first step is computed in float64, every later one in float32;
+        the cosine is float64 in both, the engine term of a float32 action within the bounds
+        float32 in both, and the state is stored rounded to float32."""
         first_step = self._episode_start == self._clock
-
-        def rounded_after_first_step(value: Tensor) -> Tensor:
-            return torch.where(first_step, value, value.float().double())
-
-        angle = rounded_after_first_step(position * 3.0)
-        gravity_term = torch.cos(angle).mul_(GRAVITY)
         force = actions[:, 0]
-        float32_term = (force * POWER).sub_(gravity_term.float()).double()
-        float64_term = rounded_after_first_step(force.double().mul_(POWER).sub_(gravity_term))
-        acceleration = torch.where(force == unclipped_actions[:, 0], float32_term, float64_term)
-        final = torch.empty_like(self._state)
-        velocity = rounded_after_first_step(velocity + acceleration)
-        torch.clamp(velocity, -self._max_speed32, self._max_speed32, out=final[1])
-        torch.clamp((position + final[1]).float(), self._min_position, self._max_position32, out=final[0])
-        final[1] = final[1].float()
-        final[1].masked_fill_((final[0] == self._min_position) & (final[1] < self._zero), 0.0)
-        terminated = (final[0] >= self._goal_position) & (final[1] >= self._goal_velocity)
-        return final, terminated
+        within_bounds = force == unclipped_actions[:, 0]
+        final64, terminated64 = self._gymnasium_precision_move(torch.float64, force, within_bounds)
+        final32, terminated32 = self._gymnasium_precision_move(torch.float32, force, within_bounds)
+        final = torch.where(first_step, final64, final32).float().double()
+        return final, torch.where(first_step, terminated64, terminated32)
+
+    def _gymnasium_precision_move(
+        self, dtype: torch.dtype, force: Tensor, within_bounds: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """gymnasium's step with its state in ``dtype``: the next state (float64) and terminated."""
+        position, velocity = self._state.to(dtype)
+        gravity_term = torch.cos((position * 3.0).double()).mul_(GRAVITY)  # math.cos
+        # A float32 action times and minus Python floats stays float32; a clipped action is the
+        # Python float +-1, and its term float64 (rounded only when added to a float32 velocity).
+        engine_term = (force * POWER).sub_(gravity_term.float()).double()
+        clipped_term = force.double().mul_(POWER).sub_(gravity_term)
+        acceleration = torch.where(within_bounds, engine_term, clipped_term).to(dtype)
+        velocity = (velocity + acceleration).clamp_(-MAX_SPEED, MAX_SPEED)
+        position = (position + velocity).clamp_(MIN_POSITION, MAX_POSITION)
+        velocity.masked_fill_((position == MIN_POSITION) & (velocity < 0), 0.0)
+        terminated = (position >= self.goal_position) & (velocity >= GOAL_VELOCITY)
+        return torch.stack([position, velocity]).double(), terminated
 
     def _step(
         self, actions: Tensor, unclipped_actions: Tensor | None = None
