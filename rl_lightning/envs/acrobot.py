@@ -74,9 +74,13 @@ class Acrobot(ClassicControlEnv):
         self.single_action_space = gym.spaces.Discrete(3)
         super().__init__(num_envs, seed, device, dtype, max_episode_steps)
         self._torques = torch.tensor(TORQUES, dtype=dtype, device=self.device)
-        self._d1_constant = self._constant(_D1_CONSTANT)
+        self._minus_d1_constant = self._constant(-_D1_CONSTANT)
         self._d2_constant = self._constant(_D2_CONSTANT)
-        self._velocity_bounds = torch.tensor([[MAX_VEL_1], [MAX_VEL_2]], dtype=dtype, device=self.device)
+        self._phi2 = self._constant(_PHI2)
+        self._turns_per_radian = self._constant(1 / (2 * math.pi))
+        self._minus_one = self._constant(-1.0)
+        self._velocity_high = torch.tensor([[MAX_VEL_1], [MAX_VEL_2]], dtype=dtype, device=self.device)
+        self._velocity_low = -self._velocity_high
         self._start()
 
     def _random_states(self) -> Tensor:
@@ -94,25 +98,26 @@ class Acrobot(ClassicControlEnv):
     def _derivatives(self, state: Tensor, torque: Tensor, out: Tensor) -> Tensor:
         """gymnasium's ``_dsdt`` ("book" dynamics): ``out`` ``(4, num_envs)`` = d/dt of ``state``
         (theta1, theta2, dtheta1, dtheta2) under ``torque`` ``(num_envs,)``."""
-        theta1, theta2, dtheta1, dtheta2 = state
-        out[:2] = state[2:]
+        theta1, theta2, dtheta1, dtheta2 = state.unbind()
+        out[:2].copy_(state[2:])
         cos2, sin2 = torch.cos(theta2), torch.sin(theta2)
-        d1 = torch.add(self._d1_constant, cos2, alpha=_D1_COS)
+        # -d1 rather than d1 saves negating ddtheta1 (and negations are exact).
+        minus_d1 = torch.add(self._minus_d1_constant, cos2, alpha=-_D1_COS)
         d2 = torch.add(self._d2_constant, cos2, alpha=_D2_COS)
         # cos(x - pi/2) = sin(x)
-        phi2 = torch.sin(theta1 + theta2).mul_(_PHI2)
+        phi2 = torch.sin(theta1 + theta2).mul_(self._phi2)
         # phi1 = -c dtheta2^2 sin2 - 2 c dtheta2 dtheta1 sin2 + phi1 sin(theta1) + phi2
         #      = phi1 sin(theta1) + phi2 - c sin2 dtheta2 (dtheta2 + 2 dtheta1)
         phi1 = torch.add(phi2, torch.sin(theta1), alpha=_PHI1)
         phi1.addcmul_(sin2 * dtheta2, torch.add(dtheta2, dtheta1, alpha=2.0), value=-_CORIOLIS)
-        d2_over_d1 = d2 / d1
+        minus_d2_over_d1 = d2 / minus_d1
         # ddtheta2 = (torque + d2/d1 phi1 - c dtheta1^2 sin2 - phi2) / (m2 lc2^2 + I2 - d2^2/d1)
-        numerator = torch.sub(torque, phi2).addcmul_(d2_over_d1, phi1)
-        numerator.addcmul_(dtheta1.square(), sin2, value=-_CORIOLIS)
-        denominator = torch.addcmul(self._d2_constant, d2, d2_over_d1, value=-1.0)
+        numerator = torch.sub(torque, phi2).addcmul_(minus_d2_over_d1, phi1, value=-1.0)
+        numerator.addcmul_(dtheta1 * dtheta1, sin2, value=-_CORIOLIS)
+        denominator = torch.addcmul(self._d2_constant, d2, minus_d2_over_d1)
         ddtheta2 = torch.div(numerator, denominator, out=out[3])
         # ddtheta1 = -(d2 ddtheta2 + phi1) / d1
-        torch.div(torch.addcmul(phi1, d2, ddtheta2), d1, out=out[2]).neg_()
+        torch.div(torch.addcmul(phi1, d2, ddtheta2), minus_d1, out=out[2])
         return out
 
     def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
@@ -132,13 +137,13 @@ class Acrobot(ClassicControlEnv):
         # adds it while below -pi; one turn takes one exact subtraction, like its first),
         # velocities clipped.
         angles = final[:2]
-        angles.sub_(torch.round(angles * (1 / (2 * math.pi))), alpha=2 * math.pi)
-        final[2:].clamp_(-self._velocity_bounds, self._velocity_bounds)
+        angles.sub_(torch.round(angles * self._turns_per_radian), alpha=2 * math.pi)
+        final[2:].clamp_(self._velocity_low, self._velocity_high)
 
         final_obs = self._obs(final)
         # The free end is above the line: -cos(theta1) - cos(theta1 + theta2) > 1.
         cos1 = final_obs[:, 0] if self.dtype == torch.float32 else torch.cos(final[0])
-        terminated = torch.cos(final[0] + final[1]).add_(cos1) < -1.0
+        terminated = torch.cos(final[0] + final[1]).add_(cos1) < self._minus_one
         truncated, obs = self._end_step(final, terminated)
         reward = terminated.float().sub_(1.0)
         return obs, reward, terminated, truncated, {"final_observation": final_obs}

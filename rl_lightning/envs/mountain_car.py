@@ -51,6 +51,7 @@ class _MountainCarBase(ClassicControlEnv):
             dtype=np.float32,
         )
         super().__init__(num_envs, seed, device, dtype, max_episode_steps)
+        self._three = self._constant(3.0)
         self._min_position = self._constant(MIN_POSITION)
         self._goal_position = self._constant(self.goal_position)
         self._goal_velocity = self._constant(GOAL_VELOCITY)
@@ -75,10 +76,10 @@ class _MountainCarBase(ClassicControlEnv):
 
     def _move(self, actions: Tensor) -> tuple[Tensor, Tensor]:
         """gymnasium's step of every env: the next state ``(2, num_envs)`` and terminated."""
-        position, velocity = self._state
+        position, velocity = self._state.unbind()
         final = torch.empty_like(self._state)
         # velocity += force - gravity cos(3 position), then both are clipped to their ranges.
-        acceleration = torch.add(self._force(actions), torch.cos(position * 3.0), alpha=-GRAVITY)
+        acceleration = torch.add(self._force(actions), torch.cos(position * self._three), alpha=-GRAVITY)
         torch.add(velocity, acceleration, out=final[1]).clamp_(-MAX_SPEED, MAX_SPEED)
         torch.add(position, final[1], out=final[0]).clamp_(MIN_POSITION, MAX_POSITION)
         # The left wall stops the car: a velocity into it becomes 0.
@@ -170,6 +171,8 @@ class MountainCarContinuous(_MountainCarBase):
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (1,), dtype=np.float32)
         super().__init__(num_envs, seed, device, dtype, max_episode_steps)
         self._goal_reward = self._constant(CONTINUOUS_GOAL_REWARD)
+        # float32 like the action: gymnasium multiplies its float32 action in float32 too.
+        self._power = torch.tensor(POWER, device=self.device)
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         self._check_actions(actions)
@@ -178,7 +181,7 @@ class MountainCarContinuous(_MountainCarBase):
         return self._step(actions.clamp(-1.0, 1.0), unclipped_actions=actions)
 
     def _force(self, actions: Tensor) -> Tensor:
-        return actions[:, 0] * POWER
+        return actions[:, 0] * self._power
 
     def _move_like_gymnasium(self, actions: Tensor, unclipped_actions: Tensor) -> tuple[Tensor, Tensor]:
         """``_move`` in gymnasium's own precision (float64 envs): its state is float64 after a
@@ -198,11 +201,11 @@ class MountainCarContinuous(_MountainCarBase):
         self, dtype: torch.dtype, force: Tensor, within_bounds: Tensor
     ) -> tuple[Tensor, Tensor]:
         """gymnasium's step with its state in ``dtype``: the next state (float64) and terminated."""
-        position, velocity = self._state.to(dtype)
+        position, velocity = self._state.to(dtype).unbind()
         gravity_term = torch.cos((position * 3.0).double()).mul_(GRAVITY)  # math.cos
         # A float32 action times and minus Python floats stays float32; a clipped action is the
         # Python float +-1, and its term float64 (rounded only when added to a float32 velocity).
-        engine_term = (force * POWER).sub_(gravity_term.float()).double()
+        engine_term = (force * self._power).sub_(gravity_term.float()).double()
         clipped_term = force.double().mul_(POWER).sub_(gravity_term)
         acceleration = torch.where(within_bounds, engine_term, clipped_term).to(dtype)
         velocity = (velocity + acceleration).clamp_(-MAX_SPEED, MAX_SPEED)

@@ -66,6 +66,9 @@ class Pendulum(ClassicControlEnv):
         # Pendulum never terminates, so every env's episode starts on the same step: one start
         # time on the host says when all of them are truncated and reset, without a device sync.
         self._episode_start = 0
+        self._pi = self._constant(math.pi)
+        # float32 like the action: gymnasium multiplies its float32 action in float32 too.
+        self._torque_gain = torch.tensor(3.0 / (MASS * LENGTH**2), device=self.device)
         self._start()
 
     @property
@@ -80,7 +83,7 @@ class Pendulum(ClassicControlEnv):
         return states
 
     def _obs(self, state: Tensor, private: bool = False) -> Tensor:
-        angle, speed = state
+        angle, speed = state.unbind()
         obs = torch.empty(3, self.num_envs, device=self.device)
         torch.cos(angle, out=obs[0])
         torch.sin(angle, out=obs[1])
@@ -93,16 +96,16 @@ class Pendulum(ClassicControlEnv):
         return self._obs(self._state)
 
     def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
-        angle, speed = self._state
+        angle, speed = self._state.unbind()
         torque = actions[:, 0]
         # reward = -(normalised angle^2 + 0.1 speed^2 + 0.001 torque^2), of the state before the step.
-        cost = torch.remainder(angle + math.pi, 2 * math.pi).sub_(math.pi).square_()
+        cost = torch.remainder(angle + self._pi, 2 * math.pi).sub_(self._pi).square_()
         cost.addcmul_(speed, speed, value=0.1).addcmul_(torque, torque, value=0.001)
         reward = cost.neg_().float()
 
         # speed += (3 g / 2 l sin(angle) + 3 / (m l^2) torque) dt, clipped; angle += speed dt.
         # The torque term is float32 in gymnasium too (numpy keeps its float32 action).
-        acceleration = torch.add(torque * (3.0 / (MASS * LENGTH**2)), torch.sin(angle), alpha=self._gravity_gain)
+        acceleration = torch.add(torque * self._torque_gain, torch.sin(angle), alpha=self._gravity_gain)
         final = torch.empty_like(self._state)
         torch.add(speed, acceleration, alpha=DT, out=final[1]).clamp_(-MAX_SPEED, MAX_SPEED)
         torch.add(angle, final[1], alpha=DT, out=final[0])
