@@ -106,8 +106,9 @@ class Acrobot(ClassicControlEnv):
         d2 = torch.add(self._d2_constant, cos2, alpha=_D2_COS)
         # cos(x - pi/2) = sin(x)
         phi2 = torch.sin(theta1 + theta2).mul_(self._phi2)
-        # phi1 = -c dtheta2^2 sin2 - 2 c dtheta2 dtheta1 sin2 + phi1 sin(theta1) + phi2
-        #      = phi1 sin(theta1) + phi2 - c sin2 dtheta2 (dtheta2 + 2 dtheta1)
+        # phi1 = -c dtheta2^2 sin2 - 2 c dtheta2 dtheta1 sin2 + (m1 lc1 + m2 l1) g sin(theta1) + phi2
+        #      = (m1 lc1 + m2 l1) g sin(theta1) + phi2 - c sin2 dtheta2 (dtheta2 + 2 dtheta1),
+        # with c = m2 l1 lc2 (_CORIOLIS).
         phi1 = torch.add(phi2, torch.sin(theta1), alpha=_PHI1)
         phi1.addcmul_(sin2 * dtheta2, torch.add(dtheta2, dtheta1, alpha=2.0), value=-_CORIOLIS)
         minus_d2_over_d1 = d2 / minus_d1

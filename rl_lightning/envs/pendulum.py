@@ -46,7 +46,6 @@ class Pendulum(ClassicControlEnv):
 
     state_size = 2
     render_fps = 30
-    _state_attributes = ("_state", "_clock", "_episode_start")
 
     def __init__(
         self,

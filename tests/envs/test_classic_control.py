@@ -697,6 +697,32 @@ def test_state_is_a_view_and_the_setter_validates_and_copies(env_id):
     assert torch.equal(obs, kept[0]) and torch.equal(info["final_observation"], kept[1])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("env_id", list(ENV_CLASSES))
+def test_step_reads_no_tensor_value_back(env_id, dtype, monkeypatch):
+    """_step never reads a tensor's value on the host (on a GPU that is a device sync): not
+    even to auto-reset, which happens here through terminations and a 3-step time limit."""
+    env = ENV_CLASSES[env_id](8, seed=0, dtype=dtype, max_episode_steps=3)
+    generator = torch.Generator().manual_seed(0)
+    actions = [env.random_actions(generator) for _ in range(7)]
+
+    def read_back(*args, **kwargs):
+        raise AssertionError("a tensor value was read back on the host")
+
+    for name in ("__bool__", "__int__", "__float__", "__index__", "item", "tolist", "nonzero", "numpy"):
+        monkeypatch.setattr(torch.Tensor, name, read_back)
+    terminating = TERMINATING_STATES.get(env_id, QUIET_STATES[env_id])
+    flags = []
+    for step_actions in actions:
+        env._state[:, 0] = torch.tensor(terminating, dtype=dtype)  # env 0 ends every step if it can
+        _, _, terminated, truncated, _ = env._step(step_actions)
+        flags.append(torch.stack([terminated, truncated]))
+    monkeypatch.undo()
+    terminated, truncated = torch.stack(flags, dim=1)
+    assert terminated[:, 0].all() == (env_id in TERMINATING_STATES)
+    assert truncated[2, 1:].all() and truncated[5, 1:].all()  # the 3-step limit, twice
+
+
 @pytest.mark.parametrize("env_id", list(ENV_CLASSES))
 def test_constructor_validates_its_arguments(env_id):
     env_class = ENV_CLASSES[env_id]
