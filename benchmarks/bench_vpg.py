@@ -21,9 +21,10 @@ import lightning as L
 import torch
 
 from rl_lightning import VPGModule
-from rl_lightning.data.rollout import RolloutSource
+from rl_lightning.data.rollout import RolloutSource, RolloutTensors, first_episode_stats
 from rl_lightning.envs import make_envs
 from rl_lightning.losses import compute_logprobs, compute_reinforce_loss, compute_returns, normalize_returns
+from rl_lightning.seeding import derive_seed
 
 THRESHOLD = 475.0
 MAX_ROLLOUTS = 100
@@ -35,9 +36,13 @@ class _StopWhenSolved(L.Callback):
         self.solved_at: tuple[float, int] | None = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if pl_module.source.last_stats.returns.mean().item() >= THRESHOLD:
+        if _mean_first_episode_return(pl_module.latest_rollout()) >= THRESHOLD:
             self.solved_at = (time.perf_counter() - self.start, pl_module.env_steps)
             trainer.should_stop = True
+
+
+def _mean_first_episode_return(rollout: RolloutTensors) -> float:
+    return first_episode_stats(rollout.rewards, rollout.dones).returns.mean().item()
 
 
 def run_lightning(seed: int, bare: bool = False) -> tuple[float, int]:
@@ -67,12 +72,12 @@ def run_plain_torch(seed: int) -> tuple[float, int]:
     hp = VPGModule(seed=seed).hparams
     policy = VPGModule(seed=seed).policy_network  # identical initial weights
     start = time.perf_counter()
-    envs = make_envs(hp.env_id, hp.num_envs, seed=hp.seed, device="cpu")
-    source = RolloutSource(envs, policy, num_steps=hp.num_steps_per_rollout, seed=hp.seed + 1_000_003)
+    envs = make_envs(hp.env_id, hp.num_envs, seed=hp.seed, device="cpu")  # the module's seeds (rank 0)
+    source = RolloutSource(envs, policy, num_steps=hp.num_steps_per_rollout, seed=derive_seed(hp.seed, "actions"))
     optimizer = torch.optim.Adam(policy.parameters(), lr=hp.lr, eps=hp.adam_eps)
     for _ in range(MAX_ROLLOUTS):
         batch = source.collect()
-        if source.last_stats.returns.mean().item() >= THRESHOLD:
+        if _mean_first_episode_return(batch) >= THRESHOLD:
             return time.perf_counter() - start, source.env_steps
         returns = normalize_returns(compute_returns(batch.rewards, batch.dones, hp.gamma))
         logprobs = compute_logprobs(batch.obs, batch.actions, policy)

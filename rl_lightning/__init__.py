@@ -1,15 +1,31 @@
 """rl_lightning: reinforcement learning written as ordinary PyTorch Lightning."""
 
 from rl_lightning.algos import DQNModule, PPOModule, RLModule, VPGModule
-from rl_lightning.envs import CartPole, VectorEnv, make_envs, register, registered_env_ids
+from rl_lightning.envs import (
+    Acrobot,
+    CartPole,
+    GymnasiumVectorEnv,
+    MountainCar,
+    MountainCarContinuous,
+    Pendulum,
+    VectorEnv,
+    make_envs,
+    register,
+    registered_env_ids,
+)
 from rl_lightning.nets import PolicyNetwork, QNetwork
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Acrobot",
     "CartPole",
     "DQNModule",
+    "GymnasiumVectorEnv",
+    "MountainCar",
+    "MountainCarContinuous",
     "PPOModule",
+    "Pendulum",
     "PolicyNetwork",
     "QNetwork",
     "RLModule",

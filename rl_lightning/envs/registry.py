@@ -83,7 +83,7 @@ def make_envs(
         gymnasium_spec(env_id)
     except ValueError as error:
         raise ValueError(
-            f"unknown env_id {env_id!r}; {native}; or any gymnasium id (gymnasium.registry), e.g. Acrobot-v1. "
+            f"unknown env_id {env_id!r}; {native}; or any gymnasium id (gymnasium.registry), e.g. FrozenLake-v1. "
             f"gymnasium: {error}"
         ) from None
     return GymnasiumVectorEnv(env_id, num_envs, seed=seed, device=device, **gym_kwargs)
