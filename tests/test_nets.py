@@ -76,7 +76,7 @@ def test_default_policy_is_the_120_84_mlp_with_the_same_init_as_a_plain_stack():
         policy = PolicyNetwork((4,), 2)
     with seeded(3):
         plain = [nn.Linear(4, 120), nn.Linear(120, 84), nn.Linear(84, 2)]
-    ours = [policy.encoder.layers[0], policy.encoder.layers[2], policy.head.linear]
+    ours = [policy.encoder[0], policy.encoder[2], policy.head]
     for a, b in zip(ours, plain, strict=True):
         assert torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)
     assert sum(p.numel() for p in QNetwork((4,), 2).parameters()) == 10_934
@@ -128,7 +128,7 @@ def test_make_encoder_picks_a_cnn_for_images_and_an_mlp_otherwise():
 def test_a_custom_network_is_used_as_the_encoder_and_its_width_is_measured():
     network = nn.Sequential(nn.Linear(4, 7), nn.Tanh())
     policy = PolicyNetwork((4,), 3, network=network)
-    assert policy.encoder is network and policy.head.linear.in_features == 7
+    assert policy.encoder is network and policy.head.in_features == 7
     q_network = QNetwork((4,), 3, network=nn.Sequential(nn.Linear(4, 5)))
     assert q_network(torch.zeros(2, 4)).shape == (2, 3)
 

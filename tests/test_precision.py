@@ -83,7 +83,7 @@ def test_vpg_bf16_mixed_learns_probe_policy_within_bf16_eps(probe, env_steps, ob
     both in float32 and under bf16 autocast (measured: 6e-6 for Probe4, 1.2e-4 for Probe5)."""
     module = vpg_probe_module(probe)
     _fit_bf16(module, max_steps=env_steps // (4 * 16))
-    assert module.policy_network.encoder.layers[0].weight.dtype == torch.float32  # autocast keeps fp32 master weights
+    assert module.policy_network.encoder[0].weight.dtype == torch.float32  # autocast keeps fp32 master weights
     tolerance = max(2e-3, BF16_EPS)
     _assert_close_in_fp32_and_bf16(module.policy_network, obs, expected_probs, tolerance, softmax=True)
 

@@ -72,7 +72,7 @@ def test_networks_and_act():
     state = torch.get_rng_state()
     again = DQNModule(env_id="CartPole-v1", seed=3)
     assert torch.equal(torch.get_rng_state(), state)
-    assert torch.equal(again.q_network.encoder.layers[0].weight, module.q_network.encoder.layers[0].weight)
+    assert torch.equal(again.q_network.encoder[0].weight, module.q_network.encoder[0].weight)
 
     obs = torch.randn(500, 4)
     greedy = module.act(obs, greedy=True)

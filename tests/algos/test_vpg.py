@@ -50,7 +50,7 @@ def test_hyperparameters_are_saved():
     assert module.hparams.num_envs == 16
     assert module.hparams.lr == 1e-3
     assert module.hparams.hidden_sizes == (32,)
-    assert module.policy_network.encoder.layers[0].out_features == 32
+    assert module.policy_network.encoder[0].out_features == 32
 
 
 def test_same_seed_same_initial_weights():
