@@ -106,6 +106,7 @@ class RLModule(L.LightningModule):
         self._start_env_steps = 0  # env steps before the source exists (from a checkpoint)
         self._restored_sources: list[dict[str, Any] | None] | None = None
         self._last_log: tuple[float, int] | None = None  # (time, env_steps) for SPS
+        self._epoch_metrics: dict[str, tuple[Tensor | float, int]] = {}  # per-epoch algorithms
         self._warnings_scope: warnings.catch_warnings | None = None  # during fit
 
     # -- what a subclass provides ----------------------------------------------------------
@@ -225,16 +226,23 @@ class RLModule(L.LightningModule):
         return every > 0 and (self.global_step + 1) % every == 0
 
     def log_rl(self, metrics: dict[str, Tensor | float], prog_bar: tuple[str, ...] = ()) -> None:
-        """Log ``metrics`` (already reduced over processes) with this algorithm's cadence."""
+        """Log ``metrics`` (already reduced over processes) with this algorithm's cadence: every
+        call for per-step algorithms (call it only when ``_should_log()``); for per-epoch ones the
+        values are averaged here and handed to Lightning once, at the epoch's last batch
+        (``self.log`` costs ~1 ms a call, more than a whole PPO minibatch update)."""
+        if not self.log_per_epoch:
+            for name, value in metrics.items():
+                self.log(name, value, on_step=True, on_epoch=False, prog_bar=name in prog_bar)
+            return
         for name, value in metrics.items():
-            self.log(
-                name,
-                value,
-                on_step=not self.log_per_epoch,
-                on_epoch=self.log_per_epoch,
-                prog_bar=name in prog_bar,
-                sync_dist=False,
-            )
+            total, count = self._epoch_metrics.get(name, (0.0, 0))
+            self._epoch_metrics[name] = (total + value, count + 1)
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.log_per_epoch and batch_idx + 1 >= self.trainer.num_training_batches:
+            for name, (total, count) in self._epoch_metrics.items():
+                self.log(name, total / count, on_step=False, on_epoch=True)
+            self._epoch_metrics.clear()
 
     def log_charts(self) -> None:
         """The charts of every algorithm: episodic return and length (the episodes that finished
