@@ -16,7 +16,7 @@ from rl_lightning.scripting import fit_kwargs, module_kwargs, parse_script_args,
 
 
 def main() -> None:
-    args = parse_script_args(PPOModule, __doc__, max_steps=4_000, eval_every=2_048, video_every=50_000)
+    args = parse_script_args(PPOModule, __doc__, max_steps=3_200, eval_every=2_048, video_every=50_000)
     module = PPOModule(**module_kwargs(args, PPOModule))
     trainer = L.Trainer(log_every_n_steps=1, callbacks=watch_callbacks(args), **trainer_kwargs(args))
     start = time.perf_counter()

@@ -13,6 +13,7 @@ from rl_lightning.cli import main, make_cli
 ROOT = Path(__file__).resolve().parents[1]
 VPG_CONFIG = ROOT / "configs" / "vpg_cartpole.yaml"
 DQN_CONFIG = ROOT / "configs" / "dqn_cartpole.yaml"
+PPO_CONFIGS = sorted((ROOT / "configs").glob("ppo_*.yaml"))
 # 2 optimizer steps of 8 envs x 20 steps: a second or two.
 TINY_VPG = [
     "--trainer.max_steps=2",
@@ -109,7 +110,7 @@ def test_dqn_config_round_trips(tmp_path, capsys):
     assert _printed_config(["fit", "--config", str(saved)], capsys) == printed
 
 
-@pytest.mark.parametrize("config_path", [VPG_CONFIG, DQN_CONFIG])
+@pytest.mark.parametrize("config_path", [VPG_CONFIG, DQN_CONFIG, ROOT / "configs" / "ppo_cartpole.yaml"])
 def test_each_config_sets_every_hyper_parameter_to_the_module_default(config_path, capsys):
     # The configs are the tuned defaults written out: the same as --model NAME with no config.
     config = yaml.safe_load(config_path.read_text())
@@ -222,3 +223,25 @@ def test_ckpt_path_last_resumes_the_newest_run(tmp_path):
     )
     assert cli.trainer.global_step == 3
     assert cli.model.env_steps == 3 * 8 * 20
+
+
+@pytest.mark.parametrize("config_path", PPO_CONFIGS, ids=lambda path: path.stem)
+def test_each_ppo_config_fits_a_few_updates(config_path, tmp_path):
+    """configs/ppo_{cartpole,acrobot,pendulum}.yaml parse, build their env and train (2 rollouts)."""
+    config = yaml.safe_load(config_path.read_text())
+    args = config["model"]["init_args"]
+    updates = args["update_epochs"] * args["num_minibatches"]
+    cli = make_cli(
+        [
+            "fit",
+            "--config",
+            str(config_path),
+            f"--trainer.max_steps={2 * updates}",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+        ]
+    )
+    assert cli.model.hparams.env_id == args["env_id"]
+    assert cli.model.env_steps == 2 * args["num_envs"] * args["num_steps_per_rollout"]
+    assert len(PPO_CONFIGS) == 3

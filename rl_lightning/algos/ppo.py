@@ -180,21 +180,23 @@ class PPOModule(RLModule):
                 "losses/approx_kl": approx_kl,
                 "losses/clipfrac": compute_clip_fraction(logprobs, batch.logprobs, hp.clip_coef),
             }
-        if batch_idx == 0:  # once per rollout
+        position = self.source.minibatch_in_rollout  # this minibatch's place in its rollout
+        if position == 0:  # once per rollout
             self._skip_updates = False
             rollout = self.source.last_rollout
             targets = self.source.last_advantages + rollout.values[:, :-1]
             metrics["losses/explained_variance"] = compute_explained_variance(rollout.values[:, :-1], targets)
             self.log_charts()
         self.log_rl(metrics)
-        if hp.target_kl is not None and (batch_idx + 1) % hp.num_minibatches == 0:
+        if hp.target_kl is not None and (position + 1) % hp.num_minibatches == 0:
             # The end of an update epoch: every rank decides alike, on the KL of all ranks.
             kl = self.trainer.strategy.reduce(approx_kl, reduce_op="mean") if self.world_size > 1 else approx_kl
             self._skip_updates = self._skip_updates or bool(kl > hp.target_kl)
         return loss
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
-        if self._skip_updates and batch_idx > 0:  # batch 0 starts a new rollout (and resets the flag)
+        # The flag is reset by the first minibatch of the next rollout (in the closure, below).
+        if self._skip_updates and self.source.minibatch_in_rollout > 0:
             # target_kl reached: run the closure (forward and backward keep DDP's ranks in step)
             # but do not step the optimizer: the parameters stay as they are.
             optimizer_closure()

@@ -146,7 +146,7 @@ class VPGModule(RLModule):
         objective = compute_reinforce_loss(returns, logprobs, weights)
         metrics["losses/policy_objective"] = objective.detach()
         self.log_rl(metrics)
-        if batch_idx % (hp.num_batches_per_rollout * hp.rollout_use_count) == 0:  # once per rollout
+        if self.source.batch_in_rollout == 0:  # once per rollout
             self.log_charts()
         return -objective
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -75,7 +74,8 @@ class ActorCriticSource(EnvSource):
 
     The dataset's length is ``update_epochs * num_minibatches``: one epoch is one rollout and its
     updates. The next rollout is collected only when its first minibatch is requested, with the
-    weights after the last update of the previous one.
+    weights after the last update of the previous one (``minibatch_in_rollout`` says where in its
+    rollout the newest minibatch is).
 
     Args:
         envs: the vector env.
@@ -125,6 +125,11 @@ class ActorCriticSource(EnvSource):
         self.reward_scaler = reward_scaler
         self.reduce = reduce or (lambda tensor: tensor)
         self.num_rollouts = 0
+        #: Index of the newest minibatch among its rollout's ``update_epochs * num_minibatches``
+        #: (0: the first of a rollout just collected).
+        self.minibatch_in_rollout = -1
+        self._entries: dict[str, Tensor] | None = None  # the newest rollout's (env, t) entries
+        self._indices: Tensor | None = None  # its minibatches' entry indices
         #: The newest rollout (what training uses) and, for videos, its raw observations.
         self.last_rollout: ActorCriticRolloutTensors | None = None
         self.last_raw_rollout: RolloutTensors | None = None
@@ -143,12 +148,21 @@ class ActorCriticSource(EnvSource):
         self._discounted_returns.zero_()
         return super().reset_envs()
 
+    @property
+    def minibatches_per_rollout(self) -> int:
+        return self.update_epochs * self.num_minibatches
+
     def state_dict(self) -> dict[str, Any]:
+        # Mid-rollout (a checkpoint between two of its minibatches) its entries are saved too.
+        mid_rollout = 0 <= self.minibatch_in_rollout < self.minibatches_per_rollout - 1
         return {
             **super().state_dict(),
             "num_rollouts": self.num_rollouts,
             "starts": self._starts.clone(),
             "discounted_returns": self._discounted_returns.clone(),
+            "minibatch_in_rollout": self.minibatch_in_rollout,
+            "entries": self._entries if mid_rollout else None,
+            "indices": self._indices if mid_rollout else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -157,8 +171,24 @@ class ActorCriticSource(EnvSource):
         if self.envs.restorable:
             self._starts = state["starts"].to(self.device)
             self._discounted_returns = state["discounted_returns"].to(self.device)
+        self.minibatch_in_rollout = state["minibatch_in_rollout"]
+        if state["entries"] is None:
+            self._entries, self._indices, self.minibatch_in_rollout = None, None, -1
+        else:
+            self._entries = {name: field.to(self.device) for name, field in state["entries"].items()}
+            self._indices = state["indices"].to(self.device)
 
-    def __iter__(self) -> Iterator[PPOBatch]:
+    def next_batch(self) -> PPOBatch:
+        if self._entries is None or self.minibatch_in_rollout + 1 >= self.minibatches_per_rollout:
+            self._prepare_rollout()
+            self.minibatch_in_rollout = 0
+        else:
+            self.minibatch_in_rollout += 1
+        indices = self._indices[self.minibatch_in_rollout]
+        return PPOBatch(**{name: field.index_select(0, indices) for name, field in self._entries.items()})
+
+    def _prepare_rollout(self) -> None:
+        """Collect a rollout, compute its advantages and shuffle its entries into minibatches."""
         rollout = self.collect()
         advantages = compute_gae(
             rollout.rewards,
@@ -171,7 +201,7 @@ class ActorCriticSource(EnvSource):
         )
         self.last_advantages = advantages
         values = rollout.values[:, :-1]
-        entries = {
+        self._entries = {
             "obs": rollout.obs[:, :-1].flatten(0, 1),
             "actions": rollout.actions.flatten(0, 1),
             "logprobs": rollout.logprobs.flatten(),
@@ -179,10 +209,9 @@ class ActorCriticSource(EnvSource):
             "advantages": advantages.flatten(),
             "returns": (advantages + values).flatten(),
         }
-        count = self.update_epochs * self.num_minibatches
-        indices = shuffled_minibatches(values.numel(), self.minibatch_size, count, self.generator)
-        for batch_indices in indices:
-            yield PPOBatch(**{name: field.index_select(0, batch_indices) for name, field in entries.items()})
+        self._indices = shuffled_minibatches(
+            values.numel(), self.minibatch_size, self.minibatches_per_rollout, self.generator
+        )
 
     def collect(self) -> ActorCriticRolloutTensors:
         """Step every env ``num_steps`` times with actions sampled from the current policy."""

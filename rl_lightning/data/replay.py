@@ -9,7 +9,7 @@ env steps epsilon-greedy with the live Q-network and yields one sampled batch.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -236,10 +236,6 @@ class ReplaySource(EnvSource):
 
     def __len__(self) -> int:
         return self.num_batches
-
-    def __iter__(self) -> Iterator[ReplayBufferSamples]:
-        for _ in range(self.num_batches):
-            yield self.next_batch()
 
     def state_dict(self, include_buffer: bool | None = None) -> dict[str, Any]:
         """Envs, RNG, counters, the current obs and (``include_buffer``, default

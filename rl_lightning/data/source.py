@@ -3,6 +3,7 @@ for the policy's draws, the env-step counter and the episode tracker."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -15,8 +16,9 @@ from rl_lightning.envs.base import VectorEnv
 
 
 class EnvSource(IterableDataset):
-    """Base of the data sources (``RolloutSource``, ``ReplaySource``): a torch ``IterableDataset``
-    that steps ``envs`` itself and has a length (items per epoch), so Lightning never prefetches.
+    """Base of the data sources (``RolloutSource``, ``ActorCriticSource``, ``ReplaySource``): a torch
+    ``IterableDataset`` that steps ``envs`` itself and has a length (items per epoch), so Lightning
+    never prefetches. Subclasses implement ``next_batch``.
 
     ``env_steps`` counts the env steps of *all* processes (``num_envs * world_size`` per vectorised
     step): every rank steps the same number of envs in lock-step, so each rank's counter holds the
@@ -45,6 +47,17 @@ class EnvSource(IterableDataset):
         self._obs: Tensor | None = None  # the envs are reset on the first step, not at construction
 
     def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Any]:
+        # One Lightning epoch: ``len(self)`` items of an endless stream. The stream, not the epoch,
+        # decides when to collect, so a resumed run (whose first epoch Lightning may count from a
+        # batch index other than 0) yields exactly the items an uninterrupted one would.
+        for _ in range(len(self)):
+            yield self.next_batch()
+
+    def next_batch(self) -> Any:
+        """The next training batch, stepping the envs when its data must be collected."""
         raise NotImplementedError
 
     def reset_envs(self) -> Tensor:

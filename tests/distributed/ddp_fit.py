@@ -1,5 +1,8 @@
-"""Run by tests/distributed/test_ddp.py: fit VPG with Trainer(devices=2, strategy=...) on
-CPU (gloo) and write each rank's final weights and counters to OUT_DIR/rank<k>.pt."""
+"""Run by tests/distributed/test_ddp.py: fit VPG (or PPO) with Trainer(devices=2, strategy=...) on
+CPU (gloo) and write each rank's final weights and counters to OUT_DIR/rank<k>.pt.
+
+    python ddp_fit.py OUT_DIR STRATEGY [vpg|ppo]
+"""
 
 import sys
 from pathlib import Path
@@ -7,7 +10,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from rl_lightning import VPGModule
+from rl_lightning import PPOModule, VPGModule
 
 
 class Record(L.Callback):
@@ -29,8 +32,14 @@ class Record(L.Callback):
 
 def main() -> None:
     out_dir, strategy = Path(sys.argv[1]), sys.argv[2]
+    algo = sys.argv[3] if len(sys.argv) > 3 else "vpg"
     torch.set_num_threads(1)
-    module = VPGModule(num_envs=8, num_steps_per_rollout=50, seed=4)
+    if algo == "ppo":  # running statistics are all-reduced: identical on both ranks
+        module = PPOModule(
+            num_envs=8, num_steps_per_rollout=25, update_epochs=2, num_minibatches=2, normalize_obs=True, seed=4
+        )
+    else:
+        module = VPGModule(num_envs=8, num_steps_per_rollout=50, seed=4)
 
     trainer = L.Trainer(
         accelerator="cpu",

@@ -11,9 +11,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 HERE = Path(__file__).resolve().parent
 
 
-def _run(tmp_path: Path, strategy: str) -> tuple[dict, dict]:
+def _run(tmp_path: Path, strategy: str, algo: str = "vpg") -> tuple[dict, dict]:
     result = subprocess.run(
-        [sys.executable, str(HERE / "ddp_fit.py"), str(tmp_path), strategy],
+        [sys.executable, str(HERE / "ddp_fit.py"), str(tmp_path), strategy, algo],
         capture_output=True,
         text=True,
         timeout=240,
@@ -37,3 +37,15 @@ def test_vpg_ddp_two_cpu_processes_end_with_identical_weights(tmp_path, strategy
     events = EventAccumulator(str(event_files[0].parent))
     events.Reload()
     assert [e.value for e in events.Scalars("charts/env_steps")] == [800.0, 1600.0, 2400.0, 3200.0]
+
+
+def test_ppo_ddp_two_cpu_processes_agree_on_weights_and_running_statistics(tmp_path):
+    """4 minibatch updates = 1 rollout of 8 envs x 25 steps per rank; the observation
+    normaliser's statistics (buffers) were all-reduced, so both ranks hold the same ones."""
+    rank0, rank1 = _run(tmp_path, "ddp", "ppo")
+    assert rank0["global_step"] == rank1["global_step"] == 4
+    assert rank0["env_steps"] == rank1["env_steps"] == 8 * 25 * 2
+    assert "obs_normalizer.stats.count" in rank0["state_dict"]
+    assert rank0["state_dict"]["obs_normalizer.stats.count"].item() > 8 * 25 * 2  # both ranks' observations
+    for name, tensor in rank0["state_dict"].items():
+        torch.testing.assert_close(tensor, rank1["state_dict"][name], rtol=0, atol=0, msg=name)

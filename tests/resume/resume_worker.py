@@ -2,7 +2,7 @@
 
     python resume_worker.py ALGO ROOT MAX_STEPS [--kill_at_step K] [--resume]
 
-trains ALGO ("vpg" or "dqn") with a ModelCheckpoint rewriting ROOT/checkpoints/last.ckpt every
+trains ALGO ("vpg", "dqn" or "ppo") with a ModelCheckpoint rewriting ROOT/checkpoints/last.ckpt every
 epoch, optionally SIGKILLs itself after training step K (mid-epoch, after the last checkpoint),
 or resumes with ckpt_path="last"; at the end it saves the weights to ROOT/weights.pt.
 """
@@ -16,7 +16,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from rl_lightning import DQNModule, VPGModule
+from rl_lightning import DQNModule, PPOModule, VPGModule
 
 
 def build(algo: str) -> L.LightningModule:
@@ -30,6 +30,18 @@ def build(algo: str) -> L.LightningModule:
             use_lr_decay=True,
             lr_end=1e-3,
             lr_frac=0.5,
+            seed=5,
+        )
+    if algo == "ppo":
+        # Pendulum: a Gaussian policy, truncations, and running statistics that must carry over.
+        return PPOModule(
+            env_id="Pendulum-v1",
+            num_envs=4,
+            num_steps_per_rollout=16,
+            update_epochs=2,
+            num_minibatches=2,
+            normalize_obs=True,
+            normalize_rewards=True,
             seed=5,
         )
     return DQNModule(num_envs=4, buffer_size=500, batch_size=32, learning_starts=64, steps_per_epoch=5, seed=5)

@@ -50,7 +50,7 @@ def _assert_same_weights(a: dict, b: dict) -> None:
         assert torch.equal(a[name], b[name]), name
 
 
-@pytest.mark.parametrize(("algo", "first", "total"), [("vpg", 4, 10), ("dqn", 10, 25)])
+@pytest.mark.parametrize(("algo", "first", "total"), [("vpg", 4, 10), ("dqn", 10, 25), ("ppo", 8, 20)])
 def test_resume_from_last_gives_the_same_weights_as_training_straight(tmp_path, algo, first, total):
     straight = build(algo)
     _fit(straight, tmp_path / "straight", total)
@@ -65,6 +65,45 @@ def test_resume_from_last_gives_the_same_weights_as_training_straight(tmp_path, 
     _assert_same_weights(resumed.state_dict(), straight.state_dict())
     optimizer_state = trainer.optimizers[0].state_dict()["state"]
     assert all(int(state["step"]) == total for state in optimizer_state.values())
+
+
+@pytest.mark.parametrize("algo", ["ppo", "vpg_split"])
+def test_a_checkpoint_in_the_middle_of_a_rollout_resumes_exactly(tmp_path, algo):
+    """A checkpoint every 3 optimizer steps lands between two minibatches of a rollout (PPO: 4
+    per rollout; VPG split into 2 batches used twice): the rollout's pending minibatches are in
+    the checkpoint, so the resumed run trains on exactly the data an uninterrupted one does."""
+
+    def module():
+        if algo == "ppo":
+            return build("ppo")
+        return VPGModule(
+            num_envs=8, num_steps_per_rollout=20, use_iw=True, num_batches_per_rollout=2, rollout_use_count=2, seed=5
+        )
+
+    def fit(root, max_steps, ckpt_path=None, stop_at=None):
+        every3 = ModelCheckpoint(dirpath=root / "checkpoints", filename="last", every_n_train_steps=3)
+        callbacks = [every3] + ([_StopAt(stop_at)] if stop_at else [])
+        trainer = L.Trainer(
+            max_steps=max_steps,
+            default_root_dir=root,
+            logger=False,
+            callbacks=callbacks,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        fitted = module()
+        trainer.fit(fitted, ckpt_path=ckpt_path)
+        return fitted
+
+    straight = fit(tmp_path / "straight", 14)
+    fit(tmp_path / "split", 14, stop_at=7)  # the last checkpoint is at step 6, mid-rollout
+    checkpoint = torch.load(tmp_path / "split" / "checkpoints" / "last.ckpt", weights_only=False)
+    source_state = checkpoint["rl_lightning"]["sources"][0]
+    assert checkpoint["global_step"] == 6
+    assert (source_state.get("entries") or source_state.get("rollout")) is not None  # mid-rollout data saved
+    resumed = fit(tmp_path / "split", 14, ckpt_path=tmp_path / "split" / "checkpoints" / "last.ckpt")
+    assert resumed.env_steps == straight.env_steps
+    _assert_same_weights(resumed.state_dict(), straight.state_dict())
 
 
 def test_resume_without_replay_buffer_refills_it(tmp_path):
@@ -83,7 +122,7 @@ def test_resume_without_replay_buffer_refills_it(tmp_path):
     assert resumed.env_steps == (64 + 10 * 4) + 64 + 5 * 4
 
 
-@pytest.mark.parametrize(("algo", "kill_at", "total"), [("vpg", 5, 8), ("dqn", 13, 20)])
+@pytest.mark.parametrize(("algo", "kill_at", "total"), [("vpg", 5, 8), ("dqn", 13, 20), ("ppo", 10, 16)])
 def test_sigkilled_run_resumes_as_if_never_stopped(tmp_path, algo, kill_at, total):
     """SIGKILL mid-epoch (after the last checkpoint); `ckpt_path="last"` then reaches the same
     weights as a run that was never interrupted."""
