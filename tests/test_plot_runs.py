@@ -1,3 +1,4 @@
+import csv
 import importlib.util
 import time
 from pathlib import Path
@@ -18,16 +19,34 @@ ENV_STEPS = [512, 5632, 10752, 15872]  # 512 env steps per global step, after a 
 SECONDS = [1.0, 2.5, 4.0, 30.0]
 
 
-def _write_run(log_dir: Path, with_env_steps: bool = True) -> float:
-    """A tiny run: the return (and env steps) at 4 global steps. Returns its start time."""
+def _write_run(log_dir: Path, returns=RETURNS, step_is_env_steps: bool = False, num_points: int = 4) -> float:
+    """A tiny run: the return at 4 points. Older runs (``step_is_env_steps=False``) log it against
+    the global step next to ``charts/env_steps``; newer ones log it against the env steps. Returns
+    the run's start time."""
     writer = SummaryWriter(log_dir=str(log_dir))
     start = time.time()  # just after the writer's first event (its file-version event)
-    for step, value, env_steps, seconds in zip(GLOBAL_STEPS, RETURNS, ENV_STEPS, SECONDS, strict=True):
-        writer.add_scalar("charts/episodic_return", value, step, walltime=start + seconds)
-        if with_env_steps:
+    points = list(zip(GLOBAL_STEPS, returns, ENV_STEPS, SECONDS, strict=True))[:num_points]
+    for step, value, env_steps, seconds in points:
+        if step_is_env_steps:
+            writer.add_scalar("charts/episodic_return", value, env_steps, walltime=start + seconds)
+        else:
+            writer.add_scalar("charts/episodic_return", value, step, walltime=start + seconds)
             writer.add_scalar("charts/env_steps", env_steps, step, walltime=start + seconds)
     writer.close()
     return start
+
+
+def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with open(path, newline="") as file:
+        reader = csv.DictReader(file)
+        return reader.fieldnames, list(reader)
+
+
+def _column(rows: list[dict[str, str]], label: str, name: str) -> list[float]:
+    return [float(row[name]) for row in rows if row["label"] == label]
+
+
+# -- reading runs ---------------------------------------------------------------------------
 
 
 def test_load_scalars_returns_steps_wall_times_and_values(tmp_path):
@@ -40,7 +59,7 @@ def test_load_scalars_returns_steps_wall_times_and_values(tmp_path):
     assert values.tolist() == RETURNS
 
 
-def test_load_curve_maps_steps_to_env_steps_and_times_from_the_run_start(tmp_path):
+def test_load_curve_maps_global_steps_to_env_steps_through_charts_env_steps(tmp_path):
     _write_run(tmp_path / "version_0")
 
     curve = plot_runs.load_curve(tmp_path / "version_0", "charts/episodic_return")
@@ -53,13 +72,14 @@ def test_load_curve_maps_steps_to_env_steps_and_times_from_the_run_start(tmp_pat
     assert SECONDS[0] <= curve.seconds[0] < SECONDS[0] + 1.0
 
 
-def test_load_curve_falls_back_to_the_global_step_without_env_steps(tmp_path):
-    _write_run(tmp_path / "run", with_env_steps=False)
+def test_load_curve_takes_the_event_step_as_env_steps_without_charts_env_steps(tmp_path):
+    _write_run(tmp_path / "run", step_is_env_steps=True)
 
     curve = plot_runs.load_curve(tmp_path / "run", "charts/episodic_return")
 
     assert not curve.has_env_steps
-    assert curve.env_steps.tolist() == GLOBAL_STEPS
+    assert curve.env_steps.tolist() == ENV_STEPS
+    assert curve.values.tolist() == RETURNS
 
 
 def test_missing_tag_or_event_files_raise(tmp_path):
@@ -70,34 +90,183 @@ def test_missing_tag_or_event_files_raise(tmp_path):
         plot_runs.load_scalars(tmp_path / "empty", "charts/episodic_return")
 
 
-def test_cli_writes_a_two_panel_png_of_the_requested_size(tmp_path, capsys):
+# -- the numbers ----------------------------------------------------------------------------
+
+
+def test_resample_step_hold_holds_the_last_value_and_never_extrapolates():
+    grid = np.array([50, 100, 150, 200, 299, 300, 301])
+
+    resampled = plot_runs.resample_step_hold(np.array([100, 200, 300]), np.array([1.0, 2.0, 3.0]), grid)
+
+    np.testing.assert_array_equal(resampled, [np.nan, 1.0, 1.0, 2.0, 2.0, 3.0, np.nan])
+    # Unsorted x; at a repeated x the value written last wins (a re-logged final evaluation).
+    unsorted = plot_runs.resample_step_hold(np.array([10, 0, 10]), np.array([2.0, 1.0, 5.0]), np.array([0, 5, 10]))
+    np.testing.assert_array_equal(unsorted, [1.0, 1.0, 5.0])
+
+
+def test_interquartile_mean_drops_a_quarter_of_the_runs_at_each_end():
+    assert plot_runs.interquartile_mean(np.array([4.0, 1.0, 3.0, 2.0])) == 2.5  # mean of 2 and 3
+    assert plot_runs.interquartile_mean(np.array([1000.0, 0.0, 20.0, 10.0, 30.0])) == 20.0  # of 10, 20, 30
+    assert plot_runs.interquartile_mean(np.arange(1.0, 9.0)) == 4.5  # of 3, 4, 5, 6
+    assert plot_runs.interquartile_mean(np.array([1.0, 2.0, 6.0])) == 3.0  # under 4 runs: the mean
+    np.testing.assert_array_equal(plot_runs.interquartile_mean(np.array([[1.0, 2, 3, 100], [0, 0, 4, 4]])), [2.5, 2])
+
+
+def test_bootstrap_ci_of_two_runs_spans_their_values():
+    # Resamples of [0, 1] have means 0, 0.5 and 1 (probability 1/4, 1/2, 1/4): the 95% interval is [0, 1].
+    for statistic in (plot_runs.interquartile_mean, np.mean):
+        assert plot_runs.stratified_bootstrap_ci(np.array([0.0, 1.0]), statistic) == (0.0, 1.0)
+    assert plot_runs.stratified_bootstrap_ci(np.array([7.0])) == (7.0, 7.0)
+
+
+def test_bootstrap_ci_of_the_mean_matches_the_normal_approximation():
+    scores = np.arange(100.0)
+    half_width = 1.96 * scores.std() / np.sqrt(scores.size)  # 5.66
+
+    low, high = plot_runs.stratified_bootstrap_ci(scores, np.mean, num_resamples=2_000, seed=0)
+
+    assert low == pytest.approx(49.5 - half_width, abs=0.6)
+    assert high == pytest.approx(49.5 + half_width, abs=0.6)
+
+
+def test_bootstrap_ci_is_reproducible_from_its_seed():
+    scores = np.array([3.0, 9.0, 1.0, 40.0, 7.0, 2.0])
+
+    first = plot_runs.stratified_bootstrap_ci(scores, seed=3)
+
+    assert plot_runs.stratified_bootstrap_ci(scores, seed=3) == first
+    assert plot_runs.stratified_bootstrap_ci(scores, seed=4) != first
+
+
+def test_stratified_bootstrap_resamples_runs_within_each_task():
+    # Task 0's runs score 0 and 1, task 1's both 7: every resample keeps one 7-column, so the mean
+    # is (mean of task 0's resample + 7) / 2 in {3.5, 3.75, 4}. Pooling the four scores would not.
+    scores = np.array([[0.0, 7.0], [1.0, 7.0]])
+
+    assert plot_runs.stratified_bootstrap_ci(scores, np.mean) == (3.5, 4.0)
+
+
+def test_aggregate_runs_uses_the_union_grid_and_counts_the_runs_present():
+    xs = [np.array([100, 200, 300]), np.array([150, 250])]
+    values = [np.array([1.0, 2.0, 3.0]), np.array([10.0, 20.0])]
+
+    aggregate = plot_runs.aggregate_runs(xs, values, stat="mean")
+
+    assert aggregate.grid.tolist() == [100, 150, 200, 250, 300]
+    assert aggregate.num_runs.tolist() == [1, 2, 2, 2, 1]
+    np.testing.assert_array_equal(aggregate.statistic, [1.0, 5.5, 6.0, 11.0, 3.0])
+    # One run: a zero-width interval; two runs: exactly their two values (see above).
+    np.testing.assert_array_equal(aggregate.ci_low, [1.0, 1.0, 2.0, 2.0, 3.0])
+    np.testing.assert_array_equal(aggregate.ci_high, [1.0, 10.0, 10.0, 20.0, 3.0])
+    with pytest.raises(ValueError, match="stat must be one of"):
+        plot_runs.aggregate_runs(xs, values, stat="median")
+
+
+# -- the command line -----------------------------------------------------------------------
+
+OFFSETS = [0.0, 10.0, 20.0, 1000.0]  # four seeds: the IQM is RETURNS + 15, the mean RETURNS + 257.5
+
+
+def _write_groups(root: Path) -> list[str]:
+    """Four VPG runs (two per step convention, returns RETURNS + OFFSETS) and two DQN runs, one
+    stopped after three points. Returns the ``--run`` arguments."""
+    vpg = []
+    for seed, offset in enumerate(OFFSETS):
+        _write_run(root / f"vpg_{seed}", [value + offset for value in RETURNS], step_is_env_steps=seed % 2 == 1)
+        vpg.append(str(root / f"vpg_{seed}"))
+    _write_run(root / "dqn_0", [1.0, 2.0, 3.0, 4.0], step_is_env_steps=True)
+    _write_run(root / "dqn_1", [5.0, 6.0, 7.0, 8.0], step_is_env_steps=True, num_points=3)
+    return ["--run", "VPG", *vpg, "--run", "DQN", str(root / "dqn_0"), str(root / "dqn_1")]
+
+
+def _assert_png(path: Path, size: tuple[int, int]) -> np.ndarray:
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        assert image.size == size
+        pixels = np.asarray(image.convert("RGB"))
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 10  # lines and text, not a blank image
+    return pixels
+
+
+def test_cli_writes_the_iqm_of_each_group_over_env_steps_to_a_png_and_a_csv(tmp_path, capsys):
+    runs = _write_groups(tmp_path)
+    out = tmp_path / "curves.png"
+
+    plot_runs.main([*runs, "--tag", "charts/episodic_return", "--out", str(out)])
+
+    assert "wrote" in capsys.readouterr().out
+    _assert_png(out, (1200, 450))  # figsize (12, 4.5) at 100 dpi
+    columns, rows = _read_csv(tmp_path / "curves.csv")  # the default: the PNG's path with .csv
+    assert columns == ["label", "env_steps", "iqm", "ci_low", "ci_high", "num_runs"]
+    assert [row["label"] for row in rows] == ["VPG"] * 4 + ["DQN"] * 4
+    # Both step conventions land on the same env steps: one grid, every run at every point.
+    assert _column(rows, "VPG", "env_steps") == ENV_STEPS
+    assert _column(rows, "VPG", "num_runs") == [4, 4, 4, 4]
+    np.testing.assert_allclose(_column(rows, "VPG", "iqm"), np.array(RETURNS) + 15.0)
+    for iqm, low, high in zip(*(_column(rows, "VPG", name) for name in ("iqm", "ci_low", "ci_high")), strict=True):
+        assert RETURNS[0] <= low <= iqm <= high <= RETURNS[-1] + 1000.0
+        assert low < high
+    # The stopped DQN run is held to its last point only: one run at the last env step.
+    assert _column(rows, "DQN", "env_steps") == ENV_STEPS
+    assert _column(rows, "DQN", "num_runs") == [2, 2, 2, 1]
+    np.testing.assert_allclose(_column(rows, "DQN", "iqm"), [3.0, 4.0, 5.0, 4.0])  # under 4 runs: the mean
+    assert _column(rows, "DQN", "ci_low") == [1.0, 2.0, 3.0, 4.0]
+    assert _column(rows, "DQN", "ci_high") == [5.0, 6.0, 7.0, 4.0]
+
+
+def test_cli_stat_mean_and_csv_path(tmp_path):
+    runs = _write_groups(tmp_path)
+    out, table = tmp_path / "curves.png", tmp_path / "numbers" / "mean.csv"
+    table.parent.mkdir()
+
+    plot_runs.main([*runs, "--stat", "mean", "--out", str(out), "--csv", str(table)])
+
+    columns, rows = _read_csv(table)
+    assert columns[2] == "mean"
+    np.testing.assert_allclose(_column(rows, "VPG", "mean"), np.array(RETURNS) + 257.5)
+    assert not (tmp_path / "curves.csv").exists()
+
+
+def test_cli_show_runs_draws_the_runs(tmp_path):
+    runs = _write_groups(tmp_path)
+
+    plot_runs.main([*runs, "--out", str(tmp_path / "aggregate.png")])
+    plot_runs.main([*runs, "--out", str(tmp_path / "with_runs.png"), "--show_runs"])
+
+    aggregate = _assert_png(tmp_path / "aggregate.png", (1200, 450))
+    with_runs = _assert_png(tmp_path / "with_runs.png", (1200, 450))
+    assert (aggregate != with_runs).any(axis=-1).sum() > 500  # the faint lines of six runs
+
+
+def test_cli_positional_runs_with_equal_labels_are_aggregated(tmp_path):
     _write_run(tmp_path / "lightning_logs" / "version_0")
-    _write_run(tmp_path / "lightning_logs" / "version_1", with_env_steps=False)
+    _write_run(tmp_path / "lightning_logs" / "version_1", [value + 2.0 for value in RETURNS], step_is_env_steps=True)
     out = tmp_path / "plot.png"
 
     plot_runs.main(
         [
             str(tmp_path / "lightning_logs" / "version_0"),
             str(tmp_path / "lightning_logs" / "version_1"),
-            "--tag",
-            "charts/episodic_return",
             "--out",
             str(out),
             "--labels",
             "vpg",
-            "dqn",
+            "vpg",
         ]
     )
 
-    assert "wrote" in capsys.readouterr().out
-    with Image.open(out) as image:
-        assert image.format == "PNG"
-        assert image.size == (1200, 450)  # figsize (12, 4.5) at 100 dpi
-        pixels = np.asarray(image.convert("RGB"))
-    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 10  # lines and text, not a blank image
+    _assert_png(out, (1200, 450))
+    _, rows = _read_csv(tmp_path / "plot.csv")
+    assert _column(rows, "vpg", "num_runs") == [2, 2, 2, 2]
+    np.testing.assert_allclose(_column(rows, "vpg", "iqm"), np.array(RETURNS) + 1.0)
 
 
-def test_cli_needs_one_label_per_run(tmp_path):
+def test_cli_rejects_bad_run_arguments(tmp_path):
     _write_run(tmp_path / "run")
-    with pytest.raises(SystemExit):
-        plot_runs.main([str(tmp_path / "run"), "--labels", "a", "b", "--out", str(tmp_path / "p.png")])
+    out = ["--out", str(tmp_path / "p.png")]
+    with pytest.raises(SystemExit):  # one label per positional run
+        plot_runs.main([str(tmp_path / "run"), "--labels", "a", "b", *out])
+    with pytest.raises(SystemExit):  # a label without runs
+        plot_runs.main(["--run", "VPG", *out])
+    with pytest.raises(SystemExit):  # no runs at all
+        plot_runs.main(out)
