@@ -1,20 +1,140 @@
-"""Finding the checkpoint to resume from."""
+"""Checkpoint files: written atomically, read with clear errors, and the one to resume from found.
+
+Lightning's default writer stages a checkpoint in the system's temporary directory and moves it
+into place: when the log directory is on another filesystem a full disk truncates the previous
+good ``last.ckpt``, and a read-only directory can fail without a word. ``AtomicCheckpointIO``
+writes next to the target, fsyncs, and renames over it, so the previous file stays whole until the
+new one is complete, and any failure is raised. ``RLModule`` installs it when a run starts (unless
+the Trainer was given another ``CheckpointIO``).
+"""
 
 from __future__ import annotations
 
+import os
+import pickle
+import tempfile
+import zipfile
 from pathlib import Path
+from typing import Any
 
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 
+#: The key of the rl_lightning payload in a checkpoint (also ``RLModule``'s).
+CHECKPOINT_KEY = "rl_lightning"
 
-def resolve_ckpt_path(ckpt_path: str | None, root_dir: str | Path) -> str | None:
-    """``"last"``: the newest ``<root_dir>/lightning_logs/version_*/checkpoints/last*.ckpt`` (a new
-    run writes to a new ``version_N``, where Lightning's own ``"last"`` lookup would find nothing);
-    None if there is none yet (a fresh start, as Lightning does). Other values pass through."""
+
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint could not be written; the previous file at that path is untouched."""
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """``TorchCheckpointIO`` that writes a temporary file in the target's directory, fsyncs it and
+    renames it over the target: a checkpoint is either the previous complete one or the new
+    complete one, never a truncated mix, and a failed save raises :class:`CheckpointSaveError`."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        if storage_options is not None:
+            raise TypeError("AtomicCheckpointIO.save_checkpoint takes no storage_options")
+        path = Path(path)
+        temporary: str | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            with os.fdopen(handle, "wb") as file:
+                torch.save(checkpoint, file)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, path)
+            temporary = None
+            _fsync_directory(path.parent)
+        except OSError as error:
+            raise CheckpointSaveError(
+                f"could not save the checkpoint {path}: {error.strerror or error}; "
+                f"the previous checkpoint there (if any) is kept whole"
+            ) from error
+        finally:
+            if temporary is not None:
+                Path(temporary).unlink(missing_ok=True)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Persist the rename itself (POSIX; a no-op where directories cannot be opened)."""
+    try:
+        handle = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
+
+
+def load_checkpoint_file(path: str | Path) -> dict[str, Any]:
+    """Load a checkpoint file on the CPU, or raise ``ValueError`` saying why it is not one (missing,
+    empty, not a torch file, or not a Lightning checkpoint of an rl_lightning module)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"checkpoint {str(path)!r} does not exist or is not a file")
+    if path.stat().st_size == 0:
+        raise ValueError(f"checkpoint {str(path)!r} is empty (0 bytes): a save was interrupted or the disk was full")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except (EOFError, pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, UnicodeDecodeError) as error:
+        raise ValueError(
+            f"{str(path)!r} is not a readable torch checkpoint ({type(error).__name__}: {error})"
+        ) from error
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ValueError(f"{str(path)!r} is not a Lightning checkpoint (no state_dict)")
+    if CHECKPOINT_KEY not in checkpoint:
+        raise ValueError(f"{str(path)!r} is a Lightning checkpoint, but not of an rl_lightning module")
+    return checkpoint
+
+
+def checkpoint_algorithm(path: str | Path) -> str | None:
+    """The module class (``"VPGModule"``, ...) that saved the checkpoint at ``path`` (None if unknown)."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except Exception:  # an unreadable file is no candidate
+        return None
+    payload = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
+    return payload.get("algorithm") if isinstance(payload, dict) else None
+
+
+def resolve_ckpt_path(ckpt_path: str | None, root_dir: str | Path, algorithm: str | None = None) -> str | None:
+    """The checkpoint a run resumes from.
+
+    ``"last"``: the newest ``<root_dir>/lightning_logs/version_*/checkpoints/last*.ckpt`` saved by
+    ``algorithm`` (a module class name; None: any) -- a new run writes to a new ``version_N``, where
+    Lightning's own ``"last"`` lookup would find nothing; None if there is none yet (a fresh
+    start, as Lightning does). A path is checked (:func:`load_checkpoint_file`) and returned.
+
+    Raises:
+        ValueError: for a path that is not a checkpoint, or (``"last"``) when the only last
+            checkpoints there were saved by other algorithms.
+    """
+    if ckpt_path is None:
+        return None
     if ckpt_path != "last":
-        return ckpt_path
-    candidates = list(Path(root_dir).glob("lightning_logs/version_*/checkpoints/last*.ckpt"))
+        load_checkpoint_file(ckpt_path)
+        return str(ckpt_path)
+    candidates = sorted(
+        Path(root_dir).glob("lightning_logs/version_*/checkpoints/last*.ckpt"), key=lambda path: path.stat().st_mtime
+    )
     if not candidates:
         rank_zero_warn(f'ckpt_path="last": no last checkpoint under {root_dir}/lightning_logs yet, starting fresh')
         return None
-    return str(max(candidates, key=lambda path: path.stat().st_mtime))
+    if algorithm is None:
+        return str(candidates[-1])
+    found = {str(path): checkpoint_algorithm(path) for path in candidates}
+    matching = [path for path, saved_by in found.items() if saved_by == algorithm]
+    if not matching:
+        others = ", ".join(f"{path} ({saved_by or 'unreadable'})" for path, saved_by in found.items())
+        raise ValueError(
+            f'ckpt_path="last": no last checkpoint of {algorithm} under {root_dir}/lightning_logs, only of other '
+            f"algorithms: {others}; pass a path, or another --default_root_dir"
+        )
+    return matching[-1]

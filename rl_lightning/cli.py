@@ -63,7 +63,9 @@ class RLLightningCLI(LightningCLI):
         # `--ckpt_path last`: the newest last.ckpt of any earlier run under default_root_dir, since
         # this run's own (new) version_N folder has none for Lightning's lookup to find.
         config = self.config_init[self.subcommand]
-        config["ckpt_path"] = resolve_ckpt_path(config.get("ckpt_path"), self.trainer.default_root_dir)
+        config["ckpt_path"] = resolve_ckpt_path(
+            config.get("ckpt_path"), self.trainer.default_root_dir, self.model.algorithm_name()
+        )
 
     def instantiate_classes(self) -> None:
         try:
@@ -94,5 +96,8 @@ def make_cli(args: ArgsType = None) -> RLLightningCLI:
 
 
 def main(args: ArgsType = None) -> None:
-    """The ``rl-lightning`` console script and ``python -m rl_lightning``."""
-    make_cli(args)
+    """The ``rl-lightning`` console script and ``python -m rl_lightning`` (exit status: 143 after
+    SIGTERM, 130 after Ctrl-C, 1 when training diverged, 0 when done)."""
+    from rl_lightning.scripting import run_script
+
+    run_script(lambda: make_cli(args))

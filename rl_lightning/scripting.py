@@ -82,11 +82,12 @@ def module_kwargs(args: argparse.Namespace, module_cls: type[L.LightningModule])
     return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
 
-def fit_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The arguments of ``trainer.fit`` besides the module: the checkpoint to resume from."""
+def fit_kwargs(args: argparse.Namespace, module_cls: type[L.LightningModule]) -> dict[str, Any]:
+    """The arguments of ``trainer.fit`` besides the module: the checkpoint to resume from (``last``:
+    the newest ``last.ckpt`` saved by ``module_cls``)."""
     from rl_lightning.checkpoints import resolve_ckpt_path
 
-    return {"ckpt_path": resolve_ckpt_path(args.ckpt_path, args.default_root_dir)}
+    return {"ckpt_path": resolve_ckpt_path(args.ckpt_path, args.default_root_dir, module_cls.algorithm_name())}
 
 
 def trainer_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -119,7 +120,7 @@ def watch_callbacks(args: argparse.Namespace) -> list[L.Callback]:
     video and early stopping once the greedy return reaches ``--solved_return``."""
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
-    from rl_lightning.callbacks import Evaluation, GridVideoLogger
+    from rl_lightning.callbacks import CheckpointOnStop, Evaluation, GridVideoLogger
 
     callbacks: list[L.Callback] = [
         Evaluation(every_n_env_steps=args.eval_every_n_env_steps, num_eval_episodes=args.num_eval_episodes),
@@ -127,6 +128,7 @@ def watch_callbacks(args: argparse.Namespace) -> list[L.Callback]:
         # Lightning 2.6 writes save_last's copy only when a monitored checkpoint improves, so the
         # state to resume from is a second, unmonitored checkpoint rewritten every epoch.
         ModelCheckpoint(filename="last"),
+        CheckpointOnStop(),  # SIGTERM / Ctrl-C: last.ckpt is written where the run stopped
     ]
     if not args.no_video:
         callbacks.append(GridVideoLogger(every_n_env_steps=args.video_every_n_env_steps))
@@ -183,3 +185,24 @@ def parse_script_args(
     args = parser.parse_args()
     torch.set_num_threads(args.num_threads)
     return args
+
+
+def run_script(main: Any) -> None:
+    """Run a training script's ``main``: a stop by SIGTERM or Ctrl-C exits with 143 / 130 after
+    saying where the resumable checkpoint is, a diverged run (non-finite loss or weights) with 1
+    and the error, never with 0."""
+    import sys
+
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    try:
+        main()
+    except SIGTERMException:
+        print("stopped by SIGTERM: resume with --ckpt_path last", file=sys.stderr)
+        sys.exit(143)
+    except KeyboardInterrupt:
+        print("stopped by Ctrl-C: resume with --ckpt_path last", file=sys.stderr)
+        sys.exit(130)
+    except FloatingPointError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)

@@ -12,7 +12,15 @@ import time
 import lightning as L
 
 from rl_lightning import PPOModule
-from rl_lightning.scripting import fit_kwargs, module_kwargs, parse_script_args, report, trainer_kwargs, watch_callbacks
+from rl_lightning.scripting import (
+    fit_kwargs,
+    module_kwargs,
+    parse_script_args,
+    report,
+    run_script,
+    trainer_kwargs,
+    watch_callbacks,
+)
 
 
 def main() -> None:
@@ -20,10 +28,10 @@ def main() -> None:
     module = PPOModule(**module_kwargs(args, PPOModule))
     trainer = L.Trainer(log_every_n_steps=1, callbacks=watch_callbacks(args), **trainer_kwargs(args))
     start = time.perf_counter()
-    trainer.fit(module, **fit_kwargs(args))
+    trainer.fit(module, **fit_kwargs(args, PPOModule))
     if trainer.is_global_zero:
         print(report(trainer, module, time.perf_counter() - start))
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -20,25 +20,27 @@ from __future__ import annotations
 
 import time
 import warnings
+from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning as L
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader
 
 from rl_lightning._checks import check_bool, check_choice, check_int, check_seed, check_str
+from rl_lightning.checkpoints import CHECKPOINT_KEY, AtomicCheckpointIO, load_checkpoint_file
 from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
-from rl_lightning.envs.registry import BACKENDS, is_native_env_id
+from rl_lightning.envs.registry import BACKENDS, canonical_env_id, is_native_env_id
 from rl_lightning.seeding import derive_seed
 
-#: The key of the module's payload in a Lightning checkpoint.
-CHECKPOINT_KEY = "rl_lightning"
+_SUPPORTED_PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed")
 
 # Lightning warns about two things our data sources do on purpose: they define __len__ (with a
 # length Lightning does not prefetch, which keeps on-policy data on-policy; they run in the main
@@ -107,6 +109,7 @@ class RLModule(L.LightningModule):
         self._restored_sources: list[dict[str, Any] | None] | None = None
         self._last_log: tuple[float, int] | None = None  # (time, env_steps) for SPS
         self._epoch_metrics: dict[str, tuple[Tensor | float, int]] = {}  # per-epoch algorithms
+        self._finite: Tensor | None = None  # whether losses and weights stayed finite (see _check_numerics)
         self._warnings_scope: warnings.catch_warnings | None = None  # during fit
 
     # -- what a subclass provides ----------------------------------------------------------
@@ -174,6 +177,7 @@ class RLModule(L.LightningModule):
         # env of all ranks (its sub-env i is seeded seed + i): no two envs of a run share a seed.
         envs = self.make_envs(num_envs, seed + rank * num_envs)
         source = self.make_source(envs, derive_seed(seed, "actions", rank), world_size, self._start_env_steps)
+        source.should_stop = self._received_sigterm
         states, self._restored_sources = self._restored_sources, None
         if states is not None:
             if len(states) == world_size and states[rank] is not None:
@@ -189,6 +193,9 @@ class RLModule(L.LightningModule):
                     f"{world_size}: the envs start fresh (weights, optimizer and env-step counter are restored)"
                 )
         return source
+
+    def _received_sigterm(self) -> bool:
+        return self._trainer is not None and self.trainer.received_sigterm
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -213,6 +220,16 @@ class RLModule(L.LightningModule):
         batch_shape = obs.shape[:batch_dims]
         actions = self.policy_actions(obs.reshape(-1, *obs_shape).to(self.obs_dtype), greedy)
         return actions.reshape((*batch_shape, *self.action_shape))
+
+    @staticmethod
+    def check_finite_outputs(outputs: Tensor, what: str) -> None:
+        """Raise ``FloatingPointError`` if a network's ``outputs`` (logits, means, Q-values) are not
+        all finite: an action picked from NaN would silently be action 0."""
+        if not bool(torch.isfinite(outputs).all()):
+            raise FloatingPointError(
+                f"the {what} are not finite (NaN or infinite): the weights or the observation are; "
+                "a run that diverged stops with an error before saving, so load an earlier checkpoint"
+            )
 
     # -- logging --------------------------------------------------------------------------
 
@@ -239,6 +256,7 @@ class RLModule(L.LightningModule):
             self._epoch_metrics[name] = (total + value, count + 1)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._check_numerics(outputs)
         if self.log_per_epoch and batch_idx + 1 >= self.trainer.num_training_batches:
             for name, (total, count) in self._epoch_metrics.items():
                 self.log(name, total / count, on_step=False, on_epoch=True)
@@ -280,29 +298,87 @@ class RLModule(L.LightningModule):
         Under a GradScaler (16-mixed) a fused Adam unscales inside its step, too late to clip the
         gradient norm (``max_grad_norm``): then clipping needs the plain Adam, which Lightning
         unscales first."""
-        clipping = self.hparams.get("max_grad_norm") is not None
+        clipping = self.hparams.get("max_grad_norm") is not None or (
+            self._trainer is not None and self.trainer.gradient_clip_val is not None
+        )
         return self.device.type in ("cpu", "cuda") and not (self._grad_scaler() and clipping)
 
     def configure_gradient_clipping(
         self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None, gradient_clip_algorithm=None
     ) -> None:
-        """Clip the gradient norm to the ``max_grad_norm`` hyper-parameter, if the algorithm has one
-        (``Trainer(gradient_clip_val=...)``, when given, takes precedence)."""
+        """Clip the gradient norm to the ``max_grad_norm`` hyper-parameter, if the algorithm has one;
+        ``Trainer(gradient_clip_val=..., gradient_clip_algorithm=...)``, when given, takes precedence."""
         max_norm = self.hparams.get("max_grad_norm")
-        if gradient_clip_val is not None or max_norm is None:
+        if gradient_clip_val is None and max_norm is not None:
+            gradient_clip_val, gradient_clip_algorithm = max_norm, "norm"
+        if gradient_clip_val is None:
+            return
+        if self._grad_scaler():  # 16-mixed: Lightning unscales first (the optimizer is then not fused)
             self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
-        elif self._grad_scaler():
-            self.clip_gradients(optimizer, max_norm, "norm")
+            return
+        # Without a scaler the gradients are already true ones: clip them directly (Lightning's
+        # clip_gradients refuses a fused Adam under any mixed precision, bf16 included).
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if gradient_clip_algorithm in (None, "norm"):
+            torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
         else:
-            # Without a scaler the gradients are already true ones; Lightning's clip_gradients
-            # would refuse the fused Adam under any mixed precision, bf16 included.
-            params = [p for group in optimizer.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_(params, max_norm)
+            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
 
     def _grad_scaler(self) -> bool:
         return self._trainer is not None and getattr(self.trainer.precision_plugin, "scaler", None) is not None
 
+    # -- numerics -------------------------------------------------------------------------
+
+    def _check_numerics(self, outputs: Any) -> None:
+        """Stop the run with a clear error when the loss or the weights stop being finite.
+
+        Every step on the CPU; on other devices the check accumulates on the device and is read at
+        log steps, epoch ends and before any checkpoint is written (a read is a device sync)."""
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is None:
+            return
+        weights = torch.stack(torch._foreach_norm([p.detach() for p in self.parameters()])).sum()
+        finite = torch.isfinite(loss.detach()) & torch.isfinite(weights)
+        self._finite = finite if self._finite is None else self._finite & finite
+        if self.device.type == "cpu" or self._should_log():
+            self.raise_if_not_finite()
+
+    def raise_if_not_finite(self, before: str = "") -> None:
+        """Raise ``FloatingPointError`` if a non-finite loss or weight was seen since the last check."""
+        if self._finite is None:
+            return
+        finite, self._finite = bool(self._finite), None
+        if finite:
+            return
+        bad = [name for name, p in self.named_parameters() if not bool(torch.isfinite(p).all())]
+        what = f"the weights ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})" if bad else "the loss"
+        hp = self.hparams
+        raise FloatingPointError(
+            f"{type(self).__name__}: {what} became NaN or infinite at optimizer step {self.global_step} "
+            f"(env step {self.env_steps:,}){before}. Try a lower learning rate (lr={hp.get('lr')}), gradient "
+            "clipping (max_grad_norm / Trainer(gradient_clip_val=...)), or check the env's rewards and "
+            "observations for NaN; the run stopped before saving it, so the last checkpoint is the last good one"
+        )
+
     # -- Lightning hooks ------------------------------------------------------------------
+
+    def setup(self, stage: str) -> None:
+        trainer = self.trainer
+        precision = str(trainer.precision)
+        if precision not in _SUPPORTED_PRECISIONS:
+            raise ValueError(
+                f"Trainer(precision={precision!r}) is not supported: the envs produce float32 observations for "
+                f"float32 networks; use precision='32-true', or 'bf16-mixed' / '16-mixed' for mixed precision"
+            )
+        if trainer.accumulate_grad_batches != 1:
+            raise ValueError(
+                f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) is not supported: every batch is "
+                "fresh experience and the schedules count env steps per optimizer step; for bigger updates raise "
+                "num_envs, num_steps_per_rollout or batch_size instead"
+            )
+        # Checkpoints written atomically (and failures raised), unless the user chose a CheckpointIO.
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
 
     def on_fit_start(self) -> None:
         if self._warnings_scope is None:
@@ -335,6 +411,15 @@ class RLModule(L.LightningModule):
                 return klass.__name__
         return cls.__name__
 
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Lightning's ``load_from_checkpoint``, after checking that the file is a checkpoint of an
+        rl_lightning module (an empty, text or foreign file is a ``ValueError`` saying which, not an
+        ``EOFError`` or ``KeyError``); a checkpoint of another algorithm or env is one too."""
+        if isinstance(checkpoint_path, (str, Path)):
+            load_checkpoint_file(checkpoint_path)
+        return L.LightningModule.load_from_checkpoint.__func__(cls, checkpoint_path, *args, **kwargs)
+
     def extra_checkpoint_state(self) -> dict[str, Any]:
         """What the algorithm adds to the checkpoint payload (besides weights and sources)."""
         return {}
@@ -343,6 +428,10 @@ class RLModule(L.LightningModule):
         """Restore what :meth:`extra_checkpoint_state` saved."""
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Never write a checkpoint of weights that are no longer finite: the previous one is the good one.
+        if not all(bool(torch.isfinite(p).all()) for p in self.parameters()):
+            self._finite = torch.zeros((), dtype=torch.bool)
+        self.raise_if_not_finite(before=", before a checkpoint could be written")
         state = None if self.source is None else move_data_to_device(self.source.state_dict(), "cpu")
         checkpoint[CHECKPOINT_KEY] = {
             "algorithm": self.algorithm_name(),
@@ -374,15 +463,20 @@ class RLModule(L.LightningModule):
         or with other network shapes."""
         own = self.algorithm_name()
         payload = checkpoint.get(CHECKPOINT_KEY)
-        saved = payload.get("algorithm") if isinstance(payload, dict) else None
+        if not isinstance(payload, dict) or "state_dict" not in checkpoint:
+            raise ValueError(
+                f"not a checkpoint of an rl_lightning module (no {CHECKPOINT_KEY!r} payload or state_dict)"
+            )
+        saved = payload.get("algorithm")
         if saved is not None and saved != own:
             raise ValueError(
                 f"the checkpoint was saved by {saved} but is loaded into {own}: "
                 f"load it with {saved}.load_from_checkpoint(...) (or resume it with {saved})"
             )
         hparams = checkpoint.get("hyper_parameters", {})
-        env_id = hparams.get("env_id")
-        if env_id is not None and env_id != self.hparams.env_id:
+        # The payload's env id: load_from_checkpoint(path, env_id=...) overwrites the hyper-parameters'.
+        env_id = payload.get("env_id", hparams.get("env_id"))
+        if env_id is not None and canonical_env_id(env_id) != canonical_env_id(self.hparams.env_id):
             raise ValueError(
                 f"the checkpoint was trained on env_id {env_id!r} but this {own} is built for {self.hparams.env_id!r}"
             )
@@ -391,8 +485,9 @@ class RLModule(L.LightningModule):
             if name in own_state and tuple(own_state[name].shape) != tuple(tensor.shape):
                 raise ValueError(
                     f"the checkpoint's {name} has shape {tuple(tensor.shape)} but this module's is "
-                    f"{tuple(own_state[name].shape)}: it was built with hidden_sizes={hparams.get('hidden_sizes')}, "
-                    f"this module with hidden_sizes={self.hparams.get('hidden_sizes')}"
+                    f"{tuple(own_state[name].shape)}: it was built with hidden_sizes={hparams.get('hidden_sizes')} "
+                    f"for {env_id!r}, this module with hidden_sizes={self.hparams.get('hidden_sizes')} for "
+                    f"{self.hparams.env_id!r}"
                 )
 
 

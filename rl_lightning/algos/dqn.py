@@ -112,6 +112,11 @@ class DQNModule(RLModule):
         check_int("buffer_size", buffer_size, num_envs)
         check_int("batch_size", batch_size, 1)
         check_int("learning_starts", learning_starts, 0)
+        if learning_starts > buffer_size:
+            raise ValueError(
+                f"learning_starts ({learning_starts}) must be <= buffer_size ({buffer_size}): a longer random "
+                "warm-up would only overwrite itself in the buffer"
+            )
         check_int("steps_per_train", steps_per_train, 1)
         check_int("steps_per_epoch", steps_per_epoch, 1)
         check_float("gamma", gamma, 0.0, 1.0)
@@ -149,7 +154,9 @@ class DQNModule(RLModule):
 
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
         """argmax Q if ``greedy``, else epsilon-greedy with the current ``epsilon``."""
-        return epsilon_greedy(self.q_network(obs), 0.0 if greedy else self._epsilon)
+        q_values = self.q_network(obs)
+        self.check_finite_outputs(q_values, "Q-values")
+        return epsilon_greedy(q_values, 0.0 if greedy else self._epsilon)
 
     def forward(self, obs: Tensor) -> Tensor:
         """Q-values ``(batch, num_actions)``."""

@@ -239,7 +239,10 @@ class PPOModule(RLModule):
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
         if self.obs_normalizer is not None:
             obs = self.obs_normalizer(obs)
-        return self.model.act(obs, greedy)
+        params = self.model.actor(obs)
+        self.check_finite_outputs(params, "policy's outputs")
+        head = self.model.actor.head
+        return head.mode(params) if greedy else head.sample(params)[0]
 
     @property
     def env_steps_per_training_step(self) -> float:

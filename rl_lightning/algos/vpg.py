@@ -176,7 +176,10 @@ class VPGModule(RLModule):
         )
 
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
-        return self.policy_network.act(obs, greedy)
+        params = self.policy_network(obs)
+        self.check_finite_outputs(params, "policy's outputs")
+        head = self.policy_network.head
+        return head.mode(params) if greedy else head.sample(params)[0]
 
     @property
     def env_steps_per_training_step(self) -> float:

@@ -2,11 +2,13 @@
 
 from rl_lightning.callbacks.epsilon import EpsilonDecay
 from rl_lightning.callbacks.evaluation import Evaluation, evaluate_policy
+from rl_lightning.callbacks.interrupt import CheckpointOnStop
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
 from rl_lightning.callbacks.target_sync import TargetNetworkSync, update_target_network
 from rl_lightning.callbacks.video import GridVideoLogger
 
 __all__ = [
+    "CheckpointOnStop",
     "EpsilonDecay",
     "Evaluation",
     "GridVideoLogger",

@@ -215,6 +215,7 @@ class ActorCriticSource(EnvSource):
 
     def collect(self) -> ActorCriticRolloutTensors:
         """Step every env ``num_steps`` times with actions sampled from the current policy."""
+        self.check_stop()
         start = time.perf_counter()
         self.env_steps_before_batch = self.env_steps
         steps, starts, last_obs, last_value = self._play()

@@ -19,6 +19,8 @@ from rl_lightning._checks import check_bool, check_float, check_int, check_seed,
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs.base import VectorEnv, resolve_device
 
+_WARMUP_CHUNK = 256  # vectorised random steps between two checks for a stop request
+
 
 class ReplayBufferSamples(NamedTuple):
     """A batch of transitions ``(s_t, a_t, r_{t+1}, terminated_{t+1}, s_{t+1})``.
@@ -251,6 +253,7 @@ class ReplaySource(EnvSource):
 
     def next_batch(self) -> ReplayBufferSamples:
         """Fill if needed, play ``steps_per_train`` epsilon-greedy steps, sample a batch."""
+        self.check_stop()
         self.env_steps_before_batch = self.env_steps
         self.fill()
         self.collect(self.steps_per_train)
@@ -261,8 +264,12 @@ class ReplaySource(EnvSource):
         buffer past that point (a run resumed without its buffer) is refilled the same way."""
         done_already = self.env_steps if self.buffer.size > 0 else 0
         missing = self.learning_starts - done_already
-        if missing > 0:
-            self._play(math.ceil(missing / (self.envs.num_envs * self.world_size)), random_actions=True)
+        vector_steps = math.ceil(max(missing, 0) / (self.envs.num_envs * self.world_size))
+        while vector_steps > 0:  # in chunks, so that a SIGTERM is heard during a long warm-up
+            self.check_stop()
+            chunk = min(vector_steps, _WARMUP_CHUNK)
+            self._play(chunk, random_actions=True)
+            vector_steps -= chunk
 
     @torch.no_grad()
     def collect(self, num_steps: int) -> None:

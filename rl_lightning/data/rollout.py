@@ -225,6 +225,7 @@ class RolloutSource(EnvSource):
 
     def collect(self) -> RolloutTensors:
         """Step every env ``num_steps`` times with actions sampled from the current policy."""
+        self.check_stop()
         start = time.perf_counter()
         self.env_steps_before_batch = self.env_steps
         self._play()

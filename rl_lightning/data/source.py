@@ -3,10 +3,11 @@ for the policy's draws, the env-step counter and the episode tracker."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 from torch.utils.data import IterableDataset
 
@@ -45,6 +46,9 @@ class EnvSource(IterableDataset):
         self.generator = torch.Generator(device=self.device).manual_seed(check_seed("seed", seed))
         self.episodes = EpisodeTracker(envs.num_envs, self.device)
         self._obs: Tensor | None = None  # the envs are reset on the first step, not at construction
+        #: Whether the run was asked to stop (the module wires Lightning's SIGTERM flag here); the
+        #: env loops check it between rollouts and every few hundred steps of a long warm-up.
+        self.should_stop: Callable[[], bool] = lambda: False
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -59,6 +63,12 @@ class EnvSource(IterableDataset):
     def next_batch(self) -> Any:
         """The next training batch, stepping the envs when its data must be collected."""
         raise NotImplementedError
+
+    def check_stop(self) -> None:
+        """Raise Lightning's ``SIGTERMException`` if the run was asked to stop (SIGTERM): Lightning
+        then ends the run as it does between batches."""
+        if self.should_stop():
+            raise SIGTERMException()
 
     def reset_envs(self) -> Tensor:
         """Reset every env (their unfinished episodes are not counted) and return the first obs."""

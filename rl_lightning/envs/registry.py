@@ -40,6 +40,13 @@ def registered_env_ids() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def canonical_env_id(env_id: str) -> str:
+    """The first id registered with the same factory as ``env_id`` (``"CartPole-gpu"`` ->
+    ``"CartPole-v1"``), or ``env_id`` itself: ids that build the same env compare equal this way."""
+    factory = _REGISTRY.get(env_id)
+    return next((name for name, other in _REGISTRY.items() if other is factory), env_id)
+
+
 def is_native_env_id(env_id: str) -> bool:
     """Whether ``env_id`` has a native torch env (``make_envs``'s ``backend="torch"``)."""
     return env_id in _REGISTRY
@@ -75,7 +82,14 @@ def make_envs(
                 f"make_envs got keyword arguments {sorted(gym_kwargs)} for the native torch env {env_id!r}; "
                 "they are for gymnasium envs only (pass backend='gymnasium' to build gymnasium's version)"
             )
-        return _REGISTRY[env_id](num_envs=num_envs, seed=seed, device=device)
+        envs = _REGISTRY[env_id](num_envs=num_envs, seed=seed, device=device)
+        if not isinstance(envs, VectorEnv):
+            raise TypeError(
+                f"the factory registered for {env_id!r} returned a {type(envs).__name__}, not a rl_lightning "
+                "VectorEnv; a gymnasium env needs no registering here: pass its gymnasium id (gymnasium.register it "
+                "if it is your own), and make_envs wraps it"
+            )
+        return envs
     native = f"native env ids: {', '.join(registered_env_ids())}"
     if backend == "torch":
         raise ValueError(f"unknown env_id {env_id!r} for backend='torch'; {native}")
