@@ -1,0 +1,647 @@
+"""Time to a greedy-evaluation threshold: rl_lightning's PPOModule (configs/ppo_*.yaml) next to
+Stable-Baselines3's PPO with its RL-Zoo hyper-parameters and CleanRL's ppo.py (CartPole-v1), in one run.
+
+    python benchmarks/bench_ppo.py [--seeds 5] [--sb3_seeds 3] [--cleanrl_seeds 3]
+        [--envs CartPole-v1 Acrobot-v1 Pendulum-v1] [--out benchmarks/results/ppo.md]
+
+One protocol for every library: after each rollout and its updates, once another N env steps have
+passed, a greedy evaluation of 32 episodes on a separate native torch env (the same evaluator and
+start states for all: ``rl_lightning.callbacks.evaluate_policy``); "solved" = the first evaluation
+whose mean return reaches the env's threshold. Times count training only (evaluation excluded), on
+one CPU thread; wall and process CPU seconds are both reported because other jobs may share the
+cores. A seed that never reaches the threshold within its library's budget is unsolved and counts
+as infinitely slow in the medians. Runs are interleaved (seed 1 of every library, then seed 2, ...)
+so that a busy spell of the machine does not fall on one library only.
+
+The ``cleanrl`` PyPI package (0.4.8, 2021) imports ``gym`` and ``gym.wrappers.Monitor`` (gone since
+gym 0.22) and predates the ppo.py described here, so CleanRL's ppo.py is reproduced below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import lightning as L
+import numpy as np
+import torch
+import yaml
+from torch import Tensor, nn
+from torch.distributions import Categorical
+
+from rl_lightning import PPOModule
+from rl_lightning.callbacks.evaluation import evaluate_policy
+
+EVAL_EPISODES = 32  # as the Evaluation callback of the configs
+EVAL_SEED = 4242
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+OURS = "rl_lightning PPOModule"
+
+
+class _Task(NamedTuple):
+    env_id: str
+    threshold: float  # greedy mean return that counts as solved
+    eval_every: int  # env steps between evaluations
+    config: str  # the PPOModule config
+
+
+TASKS = {
+    "CartPole-v1": _Task("CartPole-v1", 475.0, 2_048, "ppo_cartpole.yaml"),
+    "Acrobot-v1": _Task("Acrobot-v1", -100.0, 8_192, "ppo_acrobot.yaml"),
+    "Pendulum-v1": _Task("Pendulum-v1", -200.0, 8_192, "ppo_pendulum.yaml"),
+}
+
+
+def _linear(initial: float) -> Callable[[float], float]:
+    """The zoo's ``lin_<initial>``: ``initial`` times the remaining progress (1 -> 0)."""
+    return lambda progress_remaining: progress_remaining * initial
+
+
+class _ZooSettings(NamedTuple):
+    n_envs: int
+    n_timesteps: int  # the budget
+    normalize: bool  # VecNormalize (observations and rewards, the zoo's `normalize: true`)
+    ppo_kwargs: dict[str, Any]  # PPO("MlpPolicy", ...) arguments; the rest are SB3's defaults
+
+
+# RL-Zoo's tuned PPO (rl-baselines3-zoo hyperparams/ppo.yml), as bench_vpg.py for CartPole-v1.
+ZOO_PPO = {
+    "CartPole-v1": _ZooSettings(
+        8,
+        100_000,
+        False,
+        dict(
+            n_steps=32,
+            batch_size=256,
+            gae_lambda=0.8,
+            gamma=0.98,
+            n_epochs=20,
+            ent_coef=0.0,
+            learning_rate=_linear(0.001),
+            clip_range=_linear(0.2),
+        ),
+    ),
+    "Acrobot-v1": _ZooSettings(
+        16, 1_000_000, True, dict(n_steps=256, gae_lambda=0.94, gamma=0.99, n_epochs=4, ent_coef=0.0)
+    ),
+    "Pendulum-v1": _ZooSettings(
+        4,
+        100_000,
+        False,
+        dict(
+            n_steps=1024,
+            gae_lambda=0.95,
+            gamma=0.9,
+            n_epochs=10,
+            ent_coef=0.0,
+            learning_rate=1e-3,
+            clip_range=0.2,
+            use_sde=True,
+            sde_sample_freq=4,
+        ),
+    ),
+}
+
+
+class _Run(NamedTuple):
+    library: str
+    seed: int
+    solved: bool
+    wall: float  # training seconds to the solving evaluation (evaluation excluded); inf if unsolved
+    cpu: float  # the same in process CPU seconds
+    env_steps: int  # at the solving evaluation, else all the budget's
+    setup: float  # seconds from building the run to the start of training (not in wall)
+    best_return: float  # the best greedy evaluation's mean return
+    throughput: float  # env steps per training CPU second (updates included), up to the stop
+
+
+class _Protocol:
+    """The evaluation schedule, evaluator and pausable clock, the same for every library."""
+
+    def __init__(self, task: _Task):
+        self.task = task
+        self.built = time.perf_counter()
+        self.setup = math.nan
+        self.wall = self.cpu = 0.0
+        self.paused_wall = self.paused_cpu = 0.0
+        self.next_eval = task.eval_every
+        self.solved: tuple[float, float, int] | None = None  # wall, cpu, env steps
+        self.returns: list[float] = []
+
+    def start(self) -> None:
+        """Training starts now."""
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        self.setup = self.wall - self.built
+
+    def elapsed(self) -> tuple[float, float]:
+        return (
+            time.perf_counter() - self.wall - self.paused_wall,
+            time.process_time() - self.cpu - self.paused_cpu,
+        )
+
+    def after_update(self, env_steps: int, act: Callable[[Tensor], Tensor]) -> bool:
+        """Called after each rollout's updates: evaluate ``act`` (obs -> greedy actions) if an
+        evaluation is due; True once solved."""
+        if self.solved is not None:
+            return True
+        if env_steps < self.next_eval:
+            return False
+        while self.next_eval <= env_steps:
+            self.next_eval += self.task.eval_every
+        elapsed = self.elapsed()
+        wall, cpu = time.perf_counter(), time.process_time()
+        mean_return = evaluate_policy(act, self.task.env_id, EVAL_EPISODES, EVAL_SEED).returns.mean().item()
+        self.paused_wall += time.perf_counter() - wall
+        self.paused_cpu += time.process_time() - cpu
+        self.returns.append(mean_return)
+        if mean_return >= self.task.threshold:
+            self.solved = (*elapsed, env_steps)
+        return self.solved is not None
+
+    def result(self, library: str, seed: int, env_steps: int) -> _Run:
+        """The run's row; ``env_steps``: all the run took (used if unsolved)."""
+        best = max(self.returns, default=-math.inf)
+        if self.solved is None:
+            throughput = env_steps / self.elapsed()[1]
+            return _Run(library, seed, False, math.inf, math.inf, env_steps, self.setup, best, throughput)
+        wall, cpu, solved_steps = self.solved
+        return _Run(library, seed, True, wall, cpu, solved_steps, self.setup, best, solved_steps / cpu)
+
+
+# -- rl_lightning ------------------------------------------------------------------------------
+
+
+def load_config(task: _Task) -> tuple[dict[str, Any], int]:
+    """The config's PPOModule init_args and Trainer max_steps."""
+    config = yaml.safe_load((CONFIGS / task.config).read_text())
+    return config["model"]["init_args"], config["trainer"]["max_steps"]
+
+
+class _StopWhenSolved(L.Callback):
+    def __init__(self, protocol: _Protocol):
+        self.protocol = protocol
+
+    def on_train_start(self, trainer, pl_module):
+        self.protocol.start()
+
+    def on_train_epoch_end(self, trainer, pl_module):  # an epoch = one rollout and its updates
+        if self.protocol.after_update(pl_module.env_steps, lambda obs: pl_module.act(obs, greedy=True)):
+            trainer.should_stop = True
+
+
+def run_rl_lightning(task: _Task, seed: int) -> _Run:
+    protocol = _Protocol(task)
+    init_args, max_steps = load_config(task)
+    module = PPOModule(**{**init_args, "seed": seed})
+    trainer = L.Trainer(
+        max_steps=max_steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[_StopWhenSolved(protocol)],
+    )
+    trainer.fit(module)
+    return protocol.result(OURS, seed, module.env_steps)
+
+
+# -- Stable-Baselines3 ---------------------------------------------------------------------------
+
+
+def run_sb3(task: _Task, seed: int) -> _Run:
+    """SB3 PPO with the zoo's settings for ``task``; evaluated when a rollout starts (= after the
+    previous rollout's updates) and when training ends (after the last one)."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    protocol = _Protocol(task)
+    zoo = ZOO_PPO[task.env_id]
+    envs = make_vec_env(task.env_id, n_envs=zoo.n_envs, seed=seed)
+    # The zoo's `normalize: true`: VecNormalize of observations and rewards with the algorithm's gamma.
+    normalizer = VecNormalize(envs, gamma=zoo.ppo_kwargs["gamma"]) if zoo.normalize else None
+    model = PPO("MlpPolicy", normalizer or envs, seed=seed, device="cpu", verbose=0, **zoo.ppo_kwargs)
+
+    def act(obs: Tensor) -> Tensor:
+        obs = obs.numpy()
+        if normalizer is not None:  # the training statistics, as the zoo's evaluation uses them
+            obs = normalizer.normalize_obs(obs)
+        actions, _ = model.predict(obs, deterministic=True)  # argmax / the mean action (clipped)
+        return torch.as_tensor(actions)
+
+    class StopWhenSolved(BaseCallback):
+        def _on_training_start(self) -> None:
+            protocol.start()
+
+        def _on_rollout_start(self) -> None:
+            protocol.after_update(self.num_timesteps, act)
+
+        def _on_step(self) -> bool:
+            return protocol.solved is None
+
+        def _on_training_end(self) -> None:
+            protocol.after_update(self.num_timesteps, act)
+
+    model.learn(total_timesteps=zoo.n_timesteps, callback=StopWhenSolved())
+    return protocol.result("SB3 PPO (RL-Zoo)", seed, model.num_timesteps)
+
+
+# -- CleanRL's ppo.py, reproduced ------------------------------------------------------------------
+
+
+@dataclass
+class CleanRLArgs:
+    """CleanRL ppo.py's Args (its defaults, for CartPole-v1)."""
+
+    total_timesteps: int = 500_000  # total timesteps of the experiment
+    learning_rate: float = 2.5e-4  # Adam's learning rate
+    num_envs: int = 4  # parallel gymnasium envs (SyncVectorEnv)
+    num_steps: int = 128  # steps per env per rollout
+    anneal_lr: bool = True  # linear learning-rate annealing to 0
+    gamma: float = 0.99  # discount factor
+    gae_lambda: float = 0.95  # GAE lambda
+    num_minibatches: int = 4  # minibatches per epoch
+    update_epochs: int = 4  # epochs over each rollout
+    norm_adv: bool = True  # advantage normalisation per minibatch
+    clip_coef: float = 0.2  # surrogate clipping coefficient
+    clip_vloss: bool = True  # clipped value loss
+    ent_coef: float = 0.01  # entropy coefficient
+    vf_coef: float = 0.5  # value-loss coefficient
+    max_grad_norm: float = 0.5  # gradient-norm clip
+    target_kl: float | None = None  # KL early stop (off)
+
+
+def _layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class _CleanRLAgent(nn.Module):
+    """CleanRL ppo.py's Agent: separate tanh 64-64 actor and critic, orthogonal init."""
+
+    def __init__(self, envs: gym.vector.VectorEnv):
+        super().__init__()
+        obs_size = int(np.array(envs.single_observation_space.shape).prod())
+        self.critic = nn.Sequential(
+            _layer_init(nn.Linear(obs_size, 64)),
+            nn.Tanh(),
+            _layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            _layer_init(nn.Linear(64, 1), std=1.0),
+        )
+        self.actor = nn.Sequential(
+            _layer_init(nn.Linear(obs_size, 64)),
+            nn.Tanh(),
+            _layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            _layer_init(nn.Linear(64, envs.single_action_space.n), std=0.01),
+        )
+
+    def get_value(self, x: Tensor) -> Tensor:
+        return self.critic(x)
+
+    def get_action_and_value(self, x: Tensor, action: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        logits = self.actor(x)
+        probs = Categorical(logits=logits)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(x)
+
+
+def _make_cleanrl_env(env_id: str) -> Callable[[], gym.Env]:
+    def thunk() -> gym.Env:
+        return gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))
+
+    return thunk
+
+
+def run_cleanrl(task: _Task, seed: int, args: CleanRLArgs | None = None) -> _Run:
+    """CleanRL's ppo.py (gymnasium version) line by line, without its TensorBoard writer and prints;
+    evaluated at the end of each iteration (a rollout and its updates)."""
+    args = args or CleanRLArgs()
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    num_iterations = args.total_timesteps // batch_size
+    protocol = _Protocol(task)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    device = torch.device("cpu")
+    # CleanRL pins gymnasium 0.29, whose vector envs reset a finished env within the same step.
+    envs = gym.vector.SyncVectorEnv(
+        [_make_cleanrl_env(task.env_id) for _ in range(args.num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    agent = _CleanRLAgent(envs).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+    def act(obs: Tensor) -> Tensor:
+        return agent.actor(obs).argmax(dim=-1)
+
+    obs = torch.zeros((args.num_steps, args.num_envs, *envs.single_observation_space.shape)).to(device)
+    actions = torch.zeros((args.num_steps, args.num_envs, *envs.single_action_space.shape)).to(device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    values = torch.zeros((args.num_steps, args.num_envs)).to(device)
+
+    protocol.start()
+    global_step = 0
+    next_obs, _ = envs.reset(seed=seed)
+    next_obs = torch.Tensor(next_obs).to(device)
+    next_done = torch.zeros(args.num_envs).to(device)
+    for iteration in range(1, num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        for step in range(args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            dones[step] = next_done
+            with torch.no_grad():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+                values[step] = value.flatten()
+            actions[step] = action
+            logprobs[step] = logprob
+            next_obs, reward, terminations, truncations, _ = envs.step(action.cpu().numpy())
+            next_done = np.logical_or(terminations, truncations)
+            rewards[step] = torch.tensor(reward).to(device).view(-1)
+            next_obs, next_done = torch.Tensor(next_obs).to(device), torch.Tensor(next_done).to(device)
+
+        # bootstrap value if not done (CleanRL treats a time-limit truncation as a termination)
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).reshape(1, -1)
+            advantages = torch.zeros_like(rewards).to(device)
+            lastgaelam = 0
+            for t in reversed(range(args.num_steps)):
+                if t == args.num_steps - 1:
+                    nextnonterminal = 1.0 - next_done
+                    nextvalues = next_value
+                else:
+                    nextnonterminal = 1.0 - dones[t + 1]
+                    nextvalues = values[t + 1]
+                delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
+                advantages[t] = lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
+            returns = advantages + values
+
+        b_obs = obs.reshape((-1, *envs.single_observation_space.shape))
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape((-1, *envs.single_action_space.shape))
+        b_advantages = advantages.reshape(-1)
+        b_returns = returns.reshape(-1)
+        b_values = values.reshape(-1)
+
+        b_inds = np.arange(batch_size)
+        clipfracs = []
+        for _epoch in range(args.update_epochs):
+            np.random.shuffle(b_inds)
+            for start in range(0, batch_size, minibatch_size):
+                mb_inds = b_inds[start : start + minibatch_size]
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions.long()[mb_inds])
+                logratio = newlogprob - b_logprobs[mb_inds]
+                ratio = logratio.exp()
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs += [((ratio - 1.0).abs() > args.clip_coef).float().mean().item()]
+
+                mb_advantages = b_advantages[mb_inds]
+                if args.norm_adv:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                newvalue = newvalue.view(-1)
+                if args.clip_vloss:
+                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                    v_clipped = b_values[mb_inds] + torch.clamp(
+                        newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
+                    )
+                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                else:
+                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+
+                loss = pg_loss - args.ent_coef * entropy.mean() + v_loss * args.vf_coef
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+
+            if args.target_kl is not None and approx_kl > args.target_kl:
+                break
+
+        # What ppo.py logs each iteration (its writer itself is left out).
+        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+        var_y = np.var(y_true)
+        _explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        if protocol.after_update(global_step, act):
+            break
+    envs.close()
+    return protocol.result("CleanRL ppo.py (reproduced)", seed, global_step)
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+
+def _median(values: list[float]) -> float:
+    """The median, an unsolved seed (inf) counting as slower than every solved one."""
+    return statistics.median(values) if values else math.nan
+
+
+def _seconds(value: float) -> str:
+    return "unsolved" if math.isinf(value) else f"{value:.1f}"
+
+
+def _ratio(value: float, ours: float) -> str:
+    if math.isnan(value) or math.isnan(ours):
+        return "n/a"
+    if math.isinf(ours):
+        return "n/a (ours unsolved)"
+    return "inf (unsolved)" if math.isinf(value) else f"{value / ours:.2f}x"
+
+
+GOALS = {"CartPole-v1": 5.0, "Acrobot-v1": 3.0, "Pendulum-v1": 3.0}  # SB3 median / ours at least this
+
+
+class _Medians(NamedTuple):
+    wall: float
+    cpu: float
+    env_steps: float  # over the solved seeds
+    throughput: float
+
+
+def env_report(task: _Task, runs: list[_Run]) -> list[str]:
+    lines = [
+        f"## {task.env_id}: greedy mean return >= {task.threshold:g} "
+        f"({EVAL_EPISODES} episodes every {task.eval_every:,} env steps)",
+        "",
+        "| library | seed | solved | wall s | CPU s | env steps | env steps / CPU s | setup s | best greedy return |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        lines.append(
+            f"| {run.library} | {run.seed} | {'yes' if run.solved else '**no**'} | {_seconds(run.wall)} | "
+            f"{_seconds(run.cpu)} | {run.env_steps:,} | {run.throughput:,.0f} | {run.setup:.2f} | "
+            f"{run.best_return:.1f} |"
+        )
+    medians: dict[str, _Medians] = {}
+    for library in dict.fromkeys(run.library for run in runs):
+        mine = [run for run in runs if run.library == library]
+        median = medians[library] = _Medians(
+            _median([r.wall for r in mine]),
+            _median([r.cpu for r in mine]),
+            _median([r.env_steps for r in mine if r.solved]),
+            _median([r.throughput for r in mine]),
+        )
+        lines.append(
+            f"| **{library}** | median | {sum(r.solved for r in mine)}/{len(mine)} | **{_seconds(median.wall)}** | "
+            f"**{_seconds(median.cpu)}** | {median.env_steps:,.0f} (solved) | {median.throughput:,.0f} | "
+            f"{_median([r.setup for r in mine]):.2f} | |"
+        )
+    lines.append("")
+    ours = medians.get(OURS)
+    if ours is None:
+        return lines
+    for library, median in medians.items():
+        if library != OURS:
+            lines.append(
+                f"- {library} median / rl_lightning median: wall **{_ratio(median.wall, ours.wall)}**, "
+                f"CPU **{_ratio(median.cpu, ours.cpu)}** (env steps to solve "
+                f"{_ratio(median.env_steps, ours.env_steps)}, env steps per CPU s "
+                f"{_ratio(median.throughput, ours.throughput)})"
+            )
+    sb3 = medians.get("SB3 PPO (RL-Zoo)")
+    if sb3 is not None:
+        goal = GOALS[task.env_id]
+        all_solved = all(r.solved for r in runs if r.library == OURS)
+        met = all_solved and sb3.wall / ours.wall >= goal and sb3.cpu / ours.cpu >= goal
+        lines.append(
+            f"- Goal (rl_lightning at most 1/{goal:g} of SB3's median time, wall and CPU, every seed solved): "
+            f"**{'met' if met else 'not met'}**"
+        )
+    return [*lines, ""]
+
+
+def settings_report(env_ids: list[str]) -> list[str]:
+    defaults = dict(PPOModule().hparams)
+    lines = ["## Settings", ""]
+    for env_id in env_ids:
+        task = TASKS[env_id]
+        init_args, max_steps = load_config(task)
+        changed = {k: v for k, v in init_args.items() if k != "seed" and defaults.get(k) != v and k in defaults}
+        changed = {k: v for k, v in changed.items() if not (isinstance(v, list) and tuple(v) == defaults[k])}
+        module = PPOModule(**init_args)
+        budget = module.planned_env_steps(max_steps)
+        zoo = ZOO_PPO[env_id]
+        zoo_args = {k: (f"lin_{v(1.0):g}" if callable(v) else v) for k, v in zoo.ppo_kwargs.items()}
+        lines += [
+            f"- **{env_id}**: rl_lightning `configs/{task.config}` (max_steps {max_steps:,} = {budget:,} env steps; "
+            f"differs from the PPOModule defaults in `{changed}`). SB3: n_envs {zoo.n_envs}, "
+            f"n_timesteps {zoo.n_timesteps:,}, normalize {zoo.normalize}, `{zoo_args}`, the rest SB3's defaults.",
+        ]
+    lines.append(
+        "- SB3 settings: rl-baselines3-zoo `hyperparams/ppo.yml` (two revisions read, identical for these envs); "
+        "`lin_x` = x times the remaining progress; `normalize: true` = `VecNormalize` of observations and rewards "
+        "with the algorithm's gamma (rl_zoo3's ExperimentManager), whose training observation statistics the "
+        "greedy evaluation uses; `make_vec_env` (DummyVecEnv, Monitor) of gymnasium's envs."
+    )
+    if "CartPole-v1" in env_ids:
+        lines.append(f"- CleanRL ppo.py (CartPole-v1 only, it is discrete-only): `{asdict(CleanRLArgs())}`.")
+    return [*lines, ""]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=5, help="rl_lightning seeds (default 5)")
+    parser.add_argument("--sb3_seeds", type=int, default=3, help="SB3 seeds, 0 to skip (default 3)")
+    parser.add_argument("--cleanrl_seeds", type=int, default=3, help="CleanRL seeds (CartPole-v1), 0 to skip")
+    parser.add_argument("--envs", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--out", default="benchmarks/results/ppo.md")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+    import stable_baselines3
+
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    sections = []
+    for env_id in args.envs:
+        task = TASKS[env_id]
+        runners = [(run_rl_lightning, args.seeds), (run_sb3, args.sb3_seeds)]
+        if env_id == "CartPole-v1":
+            runners.append((run_cleanrl, args.cleanrl_seeds))
+        runs: dict[Callable, list[_Run]] = {runner: [] for runner, _ in runners}
+        for seed in range(1, max(count for _, count in runners) + 1):  # interleaved
+            for runner, count in runners:
+                if seed <= count:
+                    runs[runner].append(runner(task, seed))
+                    print(env_id, runs[runner][-1], flush=True)
+        sections += env_report(task, [run for library_runs in runs.values() for run in library_runs])
+    total_minutes = (time.perf_counter() - started) / 60
+
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
+        platform.processor() or platform.machine(),
+    )
+    command = " ".join(["python benchmarks/bench_ppo.py", *sys.argv[1:]])
+    lines = [
+        "# PPO: time to a greedy-evaluation threshold, rl_lightning vs Stable-Baselines3 vs CleanRL",
+        "",
+        f"Command: `{command}` (the whole run: {total_minutes:.1f} min)",
+        "",
+        f"Machine: {cpu}, {os.cpu_count()} cores, 1 torch thread; torch {torch.__version__}, lightning "
+        f"{L.__version__}, stable-baselines3 {stable_baselines3.__version__}, gymnasium {gym.__version__}; "
+        f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+        "(other jobs share the cores).",
+        "",
+        f"Protocol, the same for every library: after each rollout and its updates, once N more env steps have "
+        f"passed, a greedy evaluation of {EVAL_EPISODES} episodes (argmax / the mean action, clipped by the env) "
+        f"on a separate native torch env with seed {EVAL_SEED} (`rl_lightning.callbacks.evaluate_policy`: the same "
+        "start states for all); solved = the first evaluation at the threshold. wall / CPU s = training time "
+        "from the start of training to that evaluation, evaluations excluded (a pausable clock), on one CPU "
+        "thread; CPU = process time. env steps = at the solving evaluation (all the budget if unsolved); "
+        "env steps / CPU s = the training throughput, updates included. "
+        "setup s = building the run (module and Trainer / envs and model) up to the start of training, not in "
+        "wall. Medians count an unsolved seed as infinitely slow. Budgets: rl_lightning the config's max_steps, "
+        "SB3 the zoo's n_timesteps, CleanRL its total_timesteps.",
+        "",
+        "CleanRL: the `cleanrl` PyPI package (0.4.8, the newest there) cannot run next to this project's "
+        "gymnasium: it imports `gym` and `gym.wrappers.Monitor` (removed in gym 0.22; gym 0.21 fails "
+        "to build here), and its ppo.py is an older script than CleanRL's current one. The benchmark reproduces "
+        "the current ppo.py (`run_cleanrl`): SyncVectorEnv of 4 CartPole-v1 with RecordEpisodeStatistics "
+        "(same-step autoreset, as the gymnasium 0.29 CleanRL pins), its Agent, GAE, losses and schedule line "
+        "by line, without its TensorBoard writer and prints.",
+        "",
+        *sections,
+        *settings_report(args.envs),
+    ]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
