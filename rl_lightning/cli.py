@@ -35,8 +35,9 @@ class RLLightningCLI(LightningCLI):
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
-        # Only fit: the modules have no validation, test or predict steps.
-        return {"fit": LightningCLI.subcommands()["fit"]}
+        # fit trains; validate and test run the greedy policy for RLModule.eval_episodes episodes
+        # (validation_step / test_step) and print eval/* or test/* returns.
+        return {name: LightningCLI.subcommands()[name] for name in ("fit", "validate", "test")}
 
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # As LightningCLI's without ``--data``: each module makes its own data.
@@ -44,7 +45,9 @@ class RLLightningCLI(LightningCLI):
         parser.set_defaults({f"trainer.{key}": value for key, value in self.trainer_defaults.items()})
         # Any LightningModule parses (a tuple of base classes would make jsonargparse report the first
         # class's error, not the chosen one's); before_instantiate_classes keeps ours.
-        parser.add_lightning_class_args(L.LightningModule, "model", subclass_mode=True, required=True)
+        # Not required by the parser: `validate --ckpt_path X` takes the class and hyper-parameters
+        # from the checkpoint (before_instantiate_classes insists on a model).
+        parser.add_lightning_class_args(L.LightningModule, "model", subclass_mode=True, required=False)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
@@ -53,6 +56,10 @@ class RLLightningCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
+        if config.get("model") is None:
+            self._parser(self.subcommand).error(
+                "a model is required: --model NAME (or --config FILE), or --ckpt_path of an rl_lightning checkpoint"
+            )
         module_name, _, class_name = config.model.class_path.rpartition(".")
         if not issubclass(getattr(importlib.import_module(module_name), class_name), MODEL_CLASSES):
             names = ", ".join(model_class.__name__ for model_class in MODEL_CLASSES)
@@ -60,12 +67,15 @@ class RLLightningCLI(LightningCLI):
         torch.set_num_threads(config.num_threads)
 
     def before_fit(self) -> None:
-        # `--ckpt_path last`: the newest last.ckpt of any earlier run under default_root_dir, since
+        # `--ckpt_path last`: the newest last.ckpt of this algorithm under default_root_dir, since
         # this run's own (new) version_N folder has none for Lightning's lookup to find.
         config = self.config_init[self.subcommand]
         config["ckpt_path"] = resolve_ckpt_path(
             config.get("ckpt_path"), self.trainer.default_root_dir, self.model.algorithm_name()
         )
+
+    before_validate = before_fit
+    before_test = before_fit
 
     def instantiate_classes(self) -> None:
         try:

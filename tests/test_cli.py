@@ -192,12 +192,31 @@ def test_a_value_the_module_rejects_exits_2_with_its_message(config_path, overri
     assert not (tmp_path / "lightning_logs").exists()
 
 
-def test_fit_is_the_only_subcommand(capsys):
-    # The modules have no validation, test or predict steps.
+def test_fit_validate_and_test_are_the_subcommands(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["validate", "--config", str(VPG_CONFIG)])
+        main(["predict", "--config", str(VPG_CONFIG)])
     assert exit_info.value.code == 2
-    assert "invalid choice: 'validate' (choose from 'fit')" in capsys.readouterr().err
+    assert "invalid choice: 'predict' (choose from 'fit', 'validate', 'test')" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("subcommand", "prefix"), [("validate", "eval"), ("test", "test")])
+def test_validate_and_test_a_checkpoint_take_class_and_hyperparameters_from_it(tmp_path, subcommand, prefix):
+    """`rl-lightning validate --ckpt_path X`: no --model or --config needed; the greedy policy runs
+    RLModule.eval_episodes episodes on the checkpoint's env."""
+    root = ["--trainer.default_root_dir", str(tmp_path)]
+    tiny = ["--model", "PPOModule", "--model.env_id", "Probe3-v0", "--model.num_envs", "4"]
+    make_cli(["fit", *tiny, "--model.num_steps_per_rollout", "8", "--trainer.max_steps", "16", *root])
+    [checkpoint] = tmp_path.glob("lightning_logs/version_0/checkpoints/*.ckpt")
+    cli = make_cli([subcommand, "--ckpt_path", str(checkpoint), *root])
+    assert type(cli.model).__name__ == "PPOModule" and cli.model.hparams.env_id == "Probe3-v0"
+    assert cli.trainer.callback_metrics[f"{prefix}/episodic_return"] == 1.0
+
+
+def test_validate_without_a_model_or_checkpoint_says_what_is_needed(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["validate"])
+    assert exit_info.value.code == 2
+    assert "a model is required" in capsys.readouterr().err
 
 
 def test_a_value_of_the_wrong_type_exits_2(capsys):

@@ -18,6 +18,7 @@ A subclass implements ``make_source`` (its data source over the envs), ``policy_
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 from pathlib import Path
@@ -27,8 +28,10 @@ import lightning as L
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.apply_func import move_data_to_device
+from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from rl_lightning._checks import check_bool, check_choice, check_int, check_seed, check_str
@@ -38,6 +41,8 @@ from rl_lightning.data.source import EnvSource
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.registry import BACKENDS, canonical_env_id, is_native_env_id
+from rl_lightning.export import export_policy
+from rl_lightning.progress import RLProgressBar
 from rl_lightning.seeding import derive_seed
 
 _SUPPORTED_PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed")
@@ -125,6 +130,10 @@ class RLModule(L.LightningModule):
     @property
     def env_steps_per_training_step(self) -> float:
         """Env steps (all processes) collected per optimizer step, on average."""
+        raise NotImplementedError
+
+    def greedy_policy(self) -> nn.Module:
+        """The greedy policy as a plain module, observations -> actions (see ``rl_lightning.export``)."""
         raise NotImplementedError
 
     def warmup_env_steps(self) -> int:
@@ -221,6 +230,70 @@ class RLModule(L.LightningModule):
         actions = self.policy_actions(obs.reshape(-1, *obs_shape).to(self.obs_dtype), greedy)
         return actions.reshape((*batch_shape, *self.action_shape))
 
+    def forward(self, obs: Tensor) -> Tensor:
+        """Greedy actions for a batch of observations ``(batch, *obs_shape)``."""
+        return self.policy_actions(obs, greedy=True)
+
+    def export_policy(self, path: str | Path, format: str | None = None) -> Path:
+        """Save the greedy policy, standalone, to ``path``: TorchScript (``.pt``) or ONNX (``.onnx``,
+        the ``onnx`` extra). It maps observations ``(batch, *obs_shape)`` to the actions ``act(obs,
+        greedy=True)`` gives, with no env, Lightning or rl_lightning needed to run it."""
+        policy = copy.deepcopy(self.greedy_policy()).cpu().eval()
+        example = torch.zeros((2, *self.obs_shape), dtype=self.obs_dtype)
+        return export_policy(policy, example, path, format)
+
+    def to_torchscript(
+        self, file_path: str | Path | None = None, method: str = "trace", example_inputs: Any = None, **kwargs: Any
+    ) -> Any:
+        """The greedy policy as TorchScript (traced), saved to ``file_path`` if given. (Lightning's
+        default scripts the whole module, which a module with envs and data sources cannot be.)"""
+        if method != "trace":
+            raise ValueError(f"method must be 'trace' for an RL module, got {method!r}")
+        policy = copy.deepcopy(self.greedy_policy()).cpu().eval()
+        example = (
+            example_inputs if example_inputs is not None else torch.zeros((2, *self.obs_shape), dtype=self.obs_dtype)
+        )
+        with torch.no_grad():
+            traced = torch.jit.trace(policy, example, check_trace=False)
+        if file_path is not None:
+            traced.save(str(file_path))
+        return traced
+
+    # -- validate / test: greedy evaluation ----------------------------------------------------
+
+    #: Episodes and env seeds of ``Trainer.validate`` / ``Trainer.test`` (``rl-lightning validate``).
+    eval_episodes: ClassVar[int] = 32
+    validation_seed: ClassVar[int] = 10_000
+    test_seed: ClassVar[int] = 30_000
+
+    def val_dataloader(self) -> Any:
+        # Trainer.validate only: during fit, greedy evaluation is the Evaluation callback's, at its
+        # own cadence in env steps (an empty loader makes Lightning skip its validation loop).
+        if self._trainer is not None and self.trainer.state.fn == "fit":
+            return []
+        return DataLoader([0], batch_size=None)
+
+    def test_dataloader(self) -> Any:
+        return DataLoader([0], batch_size=None)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._log_greedy_evaluation("eval", self.validation_seed)
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._log_greedy_evaluation("test", self.test_seed)
+
+    def _log_greedy_evaluation(self, prefix: str, seed: int) -> None:
+        from rl_lightning.callbacks.evaluation import evaluate_policy
+
+        seed += self.global_rank * self.eval_episodes
+        result = evaluate_policy(self, self.make_envs(self.eval_episodes, seed), seed=seed)
+        metrics = {
+            f"{prefix}/episodic_return": result.returns.mean(),
+            f"{prefix}/episodic_return_std": result.returns.std(unbiased=False),
+            f"{prefix}/episodic_length": result.lengths.mean(),
+        }
+        self.log_dict(metrics, batch_size=self.eval_episodes, sync_dist=True)
+
     @staticmethod
     def check_finite_outputs(outputs: Tensor, what: str) -> None:
         """Raise ``FloatingPointError`` if a network's ``outputs`` (logits, means, Q-values) are not
@@ -250,6 +323,8 @@ class RLModule(L.LightningModule):
         if not self.log_per_epoch:
             for name, value in metrics.items():
                 self.log(name, value, on_step=True, on_epoch=False, prog_bar=name in prog_bar)
+            # Lightning writes a logged "step" as the x-axis: every RL curve is against env steps.
+            self.log("step", float(self.env_steps), on_step=True, on_epoch=False)
             return
         for name, value in metrics.items():
             total, count = self._epoch_metrics.get(name, (0.0, 0))
@@ -257,10 +332,12 @@ class RLModule(L.LightningModule):
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self._check_numerics(outputs)
-        if self.log_per_epoch and batch_idx + 1 >= self.trainer.num_training_batches:
+        if batch_idx + 1 >= self.trainer.num_training_batches:  # the epoch's last batch
             for name, (total, count) in self._epoch_metrics.items():
                 self.log(name, total / count, on_step=False, on_epoch=True)
             self._epoch_metrics.clear()
+            # The x-axis of everything written at the epoch's end (charts, evaluation): env steps.
+            self.log("step", float(self.env_steps), on_step=False, on_epoch=True, reduce_fx="max")
 
     def log_charts(self) -> None:
         """The charts of every algorithm: episodic return and length (the episodes that finished
@@ -379,6 +456,17 @@ class RLModule(L.LightningModule):
         # Checkpoints written atomically (and failures raised), unless the user chose a CheckpointIO.
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        # No placeholder hp_metric = -1 curve in TensorBoard (Lightning adds one unless told not to).
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                logger._default_hp_metric = False
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        """Lightning's default progress bar is replaced by :class:`~rl_lightning.progress.RLProgressBar`
+        (one bar over the run's env steps); subclasses add theirs to ``super().configure_callbacks()``."""
+        if self._trainer is not None and type(self.trainer.progress_bar_callback) is TQDMProgressBar:
+            return [RLProgressBar()]
+        return []
 
     def on_fit_start(self) -> None:
         if self._warnings_scope is None:
@@ -428,6 +516,10 @@ class RLModule(L.LightningModule):
         """Restore what :meth:`extra_checkpoint_state` saved."""
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # The class, for `rl-lightning validate --ckpt_path X` (LightningCLI reads it from here).
+        checkpoint.setdefault("hyper_parameters", {})["_class_path"] = (
+            f"{type(self).__module__}.{type(self).__qualname__}"
+        )
         # Never write a checkpoint of weights that are no longer finite: the previous one is the good one.
         if not all(bool(torch.isfinite(p).all()) for p in self.parameters()):
             self._finite = torch.zeros((), dtype=torch.bool)

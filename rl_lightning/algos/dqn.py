@@ -29,6 +29,7 @@ from rl_lightning.callbacks.epsilon import EpsilonDecay
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
 from rl_lightning.data.replay import ReplayBuffer, ReplayBufferSamples, ReplaySource, epsilon_greedy
 from rl_lightning.envs.base import VectorEnv
+from rl_lightning.export import GreedyPolicy
 from rl_lightning.losses import compute_td_loss, compute_td_target
 from rl_lightning.nets import QNetwork
 from rl_lightning.seeding import derive_seed, seeded
@@ -162,6 +163,9 @@ class DQNModule(RLModule):
         """Q-values ``(batch, num_actions)``."""
         return self.q_network(obs)
 
+    def greedy_policy(self) -> nn.Module:
+        return GreedyPolicy(self.q_network, q_values=True)
+
     def target_network_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         return [(self.target_network, self.q_network)]
 
@@ -232,6 +236,7 @@ class DQNModule(RLModule):
     def configure_callbacks(self) -> list[L.Callback]:
         hp = self.hparams
         return [
+            *super().configure_callbacks(),
             TargetNetworkSync(every_n_env_steps=hp.target_update_env_steps, tau=hp.tau),
             EpsilonDecay(start=hp.epsilon_start, end=hp.epsilon_end, fraction=hp.exploration_fraction),
         ]

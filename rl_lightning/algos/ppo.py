@@ -35,6 +35,7 @@ from rl_lightning.data.actor_critic import ActorCriticSource, PPOBatch
 from rl_lightning.data.normalization import ObservationNormalizer, RewardScaler
 from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.envs.base import VectorEnv
+from rl_lightning.export import GreedyPolicy
 from rl_lightning.losses import (
     compute_approx_kl,
     compute_clip_fraction,
@@ -209,7 +210,10 @@ class PPOModule(RLModule):
         )
 
     def configure_callbacks(self) -> list[L.Callback]:
-        return [LinearLRDecay(lr_end=0.0, lr_frac=1.0)] if self.hparams.anneal_lr else []
+        callbacks = super().configure_callbacks()
+        if self.hparams.anneal_lr:
+            callbacks.append(LinearLRDecay(lr_end=0.0, lr_frac=1.0))
+        return callbacks
 
     # -- what the base needs ----------------------------------------------------------------
 
@@ -235,6 +239,9 @@ class PPOModule(RLModule):
         if self.world_size > 1:
             return self.trainer.strategy.reduce(tensor, reduce_op="sum")
         return tensor
+
+    def greedy_policy(self) -> nn.Module:
+        return GreedyPolicy(self.model.actor, self.obs_normalizer)
 
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
         if self.obs_normalizer is not None:

@@ -26,6 +26,7 @@ from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
 from rl_lightning.data.rollout import RolloutSource, RolloutTensors
 from rl_lightning.envs.base import VectorEnv
+from rl_lightning.export import GreedyPolicy
 from rl_lightning.losses import (
     compute_importance_weights,
     compute_logprobs,
@@ -154,9 +155,10 @@ class VPGModule(RLModule):
         return torch.optim.Adam(self.policy_network.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps)
 
     def configure_callbacks(self) -> list[L.Callback]:
-        if not self.hparams.use_lr_decay:
-            return []
-        return [LinearLRDecay(lr_end=self.hparams.lr_end, lr_frac=self.hparams.lr_frac)]
+        callbacks = super().configure_callbacks()
+        if self.hparams.use_lr_decay:
+            callbacks.append(LinearLRDecay(lr_end=self.hparams.lr_end, lr_frac=self.hparams.lr_frac))
+        return callbacks
 
     # -- what the base needs ----------------------------------------------------------------
 
@@ -174,6 +176,9 @@ class VPGModule(RLModule):
             world_size=world_size,
             env_steps=env_steps,
         )
+
+    def greedy_policy(self) -> nn.Module:
+        return GreedyPolicy(self.policy_network)
 
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
         params = self.policy_network(obs)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import gymnasium as gym
 import lightning as L
+import numpy as np
 import torch
 from torch import Tensor
 from torchmetrics import MeanMetric
@@ -25,44 +27,80 @@ class EvalResult(NamedTuple):
 
 @torch.no_grad()
 def evaluate_policy(
-    act: Callable[[Tensor], Tensor],
-    env: str | VectorEnv,
+    policy: Callable[[Tensor], Tensor] | Any,
+    env: str | VectorEnv | gym.Env,
     num_episodes: int = 32,
     seed: int = 0,
     device: torch.device | str = "cpu",
     max_episode_steps: int = 100_000,
 ) -> EvalResult:
-    """Run one complete episode per env copy with ``act``, all in lock-step.
+    """Run ``num_episodes`` complete episodes with a greedy policy and return their returns.
 
     Args:
-        act: obs ``(num_episodes, *obs_shape)`` -> actions for every env.
-        env: an env id (a fresh instance of ``num_episodes`` copies is built on ``device``, so
-            training envs are untouched) or a ``VectorEnv`` (one episode per copy).
-        num_episodes: episodes to run (with an env id).
+        policy: an rl_lightning module (its greedy ``act``), an exported policy, or any callable
+            obs ``(batch, *obs_shape)`` -> actions.
+        env: an env id (native, or any gymnasium id: a fresh instance of ``num_episodes`` copies is
+            built on ``device``, so training envs are untouched), a ``VectorEnv`` (one episode per
+            copy), or a gymnasium ``Env`` instance (``num_episodes`` episodes one after another).
+        num_episodes: episodes to run (with an env id or a gymnasium env).
         seed: the evaluation envs' seed (the same seed gives the same start states).
         max_episode_steps: safety cap for envs without a time limit.
 
     Returns:
-        float32 ``(num_episodes,)`` returns and lengths of each env's first episode.
+        float32 ``(num_episodes,)`` returns and lengths of each episode.
     """
     check_int("max_episode_steps", max_episode_steps, 1)
+    act = _greedy(policy)
+    if isinstance(env, gym.Env):
+        return _evaluate_gymnasium(act, env, check_int("num_episodes", num_episodes, 1), seed, max_episode_steps)
     if isinstance(env, VectorEnv):
         envs = env
         obs, _ = envs.reset(seed=seed)
-    else:
+    elif isinstance(env, str):
         envs = make_envs(env, check_int("num_episodes", num_episodes, 1), seed=seed, device=device)
         obs, _ = envs.reset()
+    else:
+        raise TypeError(f"env must be an env id, a VectorEnv or a gymnasium Env, got {type(env).__name__}")
     num_episodes = envs.num_envs
     returns = torch.zeros(num_episodes, device=envs.device)
     lengths = torch.zeros(num_episodes, device=envs.device)
     running = torch.ones(num_episodes, dtype=torch.bool, device=envs.device)
     for _ in range(max_episode_steps):
-        obs, rewards, terminated, truncated, _ = envs.step(act(obs))
+        obs, rewards, terminated, truncated, _ = envs.step(torch.as_tensor(act(obs), device=envs.device))
         returns += rewards * running
         lengths += running
         running &= ~(terminated | truncated)
         if not running.any():
             break
+    return EvalResult(returns, lengths)
+
+
+def _greedy(policy: Any) -> Callable[[Tensor], Tensor]:
+    act = getattr(policy, "act", None)
+    if act is not None and callable(act):
+        return lambda obs: act(obs, greedy=True)
+    if not callable(policy):
+        raise TypeError(
+            f"policy must be an rl_lightning module or a callable obs -> actions, got {type(policy).__name__}"
+        )
+    return policy
+
+
+def _evaluate_gymnasium(
+    act: Callable, env: gym.Env, num_episodes: int, seed: int, max_episode_steps: int
+) -> EvalResult:
+    """Episodes one after another on a single gymnasium env (seeded once, then continuing its RNG)."""
+    returns, lengths = torch.zeros(num_episodes), torch.zeros(num_episodes)
+    for episode in range(num_episodes):
+        obs, _ = env.reset(seed=seed if episode == 0 else None)
+        for _ in range(max_episode_steps):
+            action = act(torch.as_tensor(np.asarray(obs)).unsqueeze(0))
+            action = torch.as_tensor(action).squeeze(0).cpu().numpy()
+            obs, reward, terminated, truncated, _ = env.step(action.item() if action.ndim == 0 else action)
+            returns[episode] += float(reward)
+            lengths[episode] += 1
+            if terminated or truncated:
+                break
     return EvalResult(returns, lengths)
 
 
@@ -72,10 +110,11 @@ class Evaluation(L.Callback):
     at the end of epoch 0) and once more when training ends.
 
     Logs ``eval/episodic_return`` (mean), ``eval/episodic_return_std`` and
-    ``eval/episode_length``, averaged over all processes with torchmetrics, so
+    ``eval/episodic_length``, averaged over all processes with torchmetrics, so
     ``EarlyStopping(monitor="eval/episodic_return", stopping_threshold=475, mode="max")`` and
-    ``ModelCheckpoint(monitor="eval/episodic_return", mode="max")`` work. Between evaluations
-    the last result is logged again, so the monitored key is always present.
+    ``ModelCheckpoint(monitor="eval/episodic_return", mode="max")`` work. Values are logged only
+    when an evaluation ran (at the env step it ran at); between evaluations the monitored key keeps
+    its last value in ``trainer.callback_metrics``.
 
     Args:
         every_n_env_steps: evaluation period in env steps.
@@ -129,7 +168,7 @@ class Evaluation(L.Callback):
         self.last_metrics = {
             "eval/episodic_return": mean,
             "eval/episodic_return_std": variance**0.5,
-            "eval/episode_length": self._mean_length.compute().item(),
+            "eval/episodic_length": self._mean_length.compute().item(),
         }
         self._evaluated_at = pl_module.env_steps
         self.history.append((self._evaluated_at, mean))
@@ -137,11 +176,16 @@ class Evaluation(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         require(pl_module, RLModuleProtocol, "Evaluation")
+        # A resumed run: the last result (from the checkpoint) is what EarlyStopping and
+        # ModelCheckpoint see until the next evaluation, as in the run before the interruption.
+        for name, value in self.last_metrics.items():
+            trainer.callback_metrics.setdefault(name, torch.tensor(value))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if pl_module.env_steps >= self._next_eval_at:
-            self.evaluate(trainer, pl_module)
-            self._next_eval_at = pl_module.env_steps + self.every_n_env_steps
+        if pl_module.env_steps < self._next_eval_at:
+            return  # logged only when an evaluation ran: no staircase of stale values in the plots
+        self.evaluate(trainer, pl_module)
+        self._next_eval_at = pl_module.env_steps + self.every_n_env_steps
         for name, value in self.last_metrics.items():
             pl_module.log(name, value, on_step=False, on_epoch=True, prog_bar=name == "eval/episodic_return")
 
@@ -149,8 +193,8 @@ class Evaluation(L.Callback):
         if self._evaluated_at == pl_module.env_steps:
             return
         metrics = self.evaluate(trainer, pl_module)
-        if trainer.logger is not None:
-            trainer.logger.log_metrics(metrics, step=trainer.global_step)
+        for logger in trainer.loggers:  # at the env step it ran at, like every RL curve
+            logger.log_metrics(metrics, step=pl_module.env_steps)
 
     def state_dict(self) -> dict:
         return {"next_eval_at": self._next_eval_at, "history": self.history, "last_metrics": self.last_metrics}

@@ -58,8 +58,8 @@ def test_evaluation_callback_logs_metrics(tmp_path):
     trainer.fit(module)
     # Evaluated at the end of epochs 0 (320 steps), 2 (960) and 4 (1600: the final one).
     assert [steps for steps, _ in evaluation.history] == [320, 960, 1600]
-    assert set(evaluation.last_metrics) == {"eval/episodic_return", "eval/episodic_return_std", "eval/episode_length"}
-    assert evaluation.last_metrics["eval/episode_length"] == 1.0
+    assert set(evaluation.last_metrics) == {"eval/episodic_return", "eval/episodic_return_std", "eval/episodic_length"}
+    assert evaluation.last_metrics["eval/episodic_length"] == 1.0
     assert trainer.callback_metrics["eval/episodic_return"].item() in (-1.0, 1.0)
 
 
