@@ -1,0 +1,88 @@
+"""Play a trained checkpoint: ``python scripts/enjoy.py --ckpt_path PATH [--env_id ID] [--video out.mp4]``.
+
+Loads the checkpoint with the module class that saved it (VPGModule, DQNModule, PPOModule), runs
+``--episodes`` greedy episodes, prints their returns and, with ``--video``, writes an MP4 of the
+first env (drawn by the native env's ``draw``, or by gymnasium's own renderer for a gymnasium id or
+``--backend gymnasium``). ``--env_id`` plays the policy on another env with the same spaces (e.g.
+``CartPole-v1`` through gymnasium: ``--env_id CartPole-v1 --backend gymnasium``).
+
+    python scripts/enjoy.py --ckpt_path lightning_logs/version_0/checkpoints/last.ckpt --video cartpole.mp4
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from rl_lightning import algos
+from rl_lightning.checkpoints import CHECKPOINT_KEY, load_checkpoint_file
+from rl_lightning.envs import make_envs
+from rl_lightning.video import encode_mp4
+
+
+def load_module(ckpt_path: str, env_id: str | None = None):
+    """The module saved in ``ckpt_path`` (its own class), on the CPU, optionally for another env id."""
+    algorithm = load_checkpoint_file(ckpt_path)[CHECKPOINT_KEY].get("algorithm")
+    classes = {cls.__name__: cls for cls in algos.ALGORITHMS}
+    if algorithm not in classes:
+        raise ValueError(f"{ckpt_path} was saved by {algorithm!r}, not one of {', '.join(classes)}")
+    overrides = {"env_id": env_id} if env_id else {}
+    return classes[algorithm].load_from_checkpoint(ckpt_path, map_location="cpu", **overrides).eval()
+
+
+@torch.no_grad()
+def play(module, episodes: int, seed: int, backend: str, video: Path | None, max_steps: int) -> list[float]:
+    """Run ``episodes`` greedy episodes one after another (one env copy); returns their returns."""
+    env_id = module.hparams.env_id
+    gymnasium = backend == "gymnasium"
+    envs = make_envs(env_id, 1, seed=seed, backend=backend, **({"render": True} if gymnasium and video else {}))
+    if video is not None and not (envs.can_draw or envs.can_render):
+        raise ValueError(f"{env_id} can neither draw its observations nor render: no video")
+    returns, frames = [], []
+    obs, _ = envs.reset()
+    for _ in range(episodes):
+        total, steps, done = 0.0, 0, False
+        while not done and steps < max_steps:
+            if video is not None:
+                frames.append((envs.draw(obs[0]) if envs.can_draw else envs.render()[0]).numpy())
+            next_obs, reward, terminated, truncated, _ = envs.step(module.act(obs, greedy=True))
+            total += float(reward[0])
+            steps += 1
+            done = bool(terminated[0] or truncated[0])
+            obs = next_obs
+        returns.append(total)
+    envs.close()
+    if video is not None:
+        video.parent.mkdir(parents=True, exist_ok=True)
+        video.write_bytes(encode_mp4(frames, envs.render_fps))
+    return returns
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ckpt_path", required=True, help="a checkpoint of an rl_lightning module")
+    parser.add_argument("--env_id", default=None, help="play on this env instead of the checkpoint's")
+    parser.add_argument("--backend", default="auto", choices=("auto", "torch", "gymnasium"), help="(default: auto)")
+    parser.add_argument("--episodes", type=int, default=3, help="greedy episodes to play (default: 3)")
+    parser.add_argument("--seed", type=int, default=0, help="the env's seed (default: 0)")
+    parser.add_argument("--max_episode_steps", type=int, default=100_000, help="cap for envs without a time limit")
+    parser.add_argument("--video", type=Path, default=None, help="write an MP4 of the episodes here")
+    args = parser.parse_args()
+    try:
+        module = load_module(args.ckpt_path, args.env_id)
+        returns = play(module, args.episodes, args.seed, args.backend, args.video, args.max_episode_steps)
+    except ValueError as error:
+        parser.exit(2, f"error: {error}\n")
+    mean = sum(returns) / len(returns)
+    rounded = [round(value, 1) for value in returns]
+    print(f"{module.hparams.env_id}: {len(returns)} greedy episodes, returns {rounded}, mean {mean:.1f}")
+    if args.video is not None:
+        print(f"video: {args.video}")
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

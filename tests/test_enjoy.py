@@ -1,0 +1,48 @@
+"""scripts/enjoy.py plays a checkpoint and writes an MP4."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import imageio.v3 as iio
+import lightning as L
+import pytest
+
+from rl_lightning import DQNModule
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    root = tmp_path_factory.mktemp("enjoy")
+    module = DQNModule(env_id="CartPole-v1", num_envs=4, learning_starts=16, batch_size=16)
+    trainer = L.Trainer(max_steps=5, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(module)
+    trainer.save_checkpoint(root / "dqn.ckpt")
+    return root / "dqn.ckpt"
+
+
+def _enjoy(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(ROOT / "scripts" / "enjoy.py"), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("backend", ["torch", "gymnasium"])
+def test_enjoy_plays_greedy_episodes_and_writes_an_mp4(tmp_path, checkpoint, backend):
+    video = tmp_path / f"{backend}.mp4"
+    result = _enjoy("--ckpt_path", str(checkpoint), "--episodes", "2", "--backend", backend, "--video", str(video))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "CartPole-v1: 2 greedy episodes, returns [" in result.stdout
+    returns = [float(r) for r in result.stdout.split("returns [")[1].split("]")[0].split(",")]
+    frames = iio.imread(video)
+    assert len(frames) == sum(returns)  # one frame per step, +1 reward per step
+    # the native renderer draws 80 x 120, gymnasium's 400 x 600
+    assert frames.shape[1:3] == ((80, 120) if backend == "torch" else (400, 600))
+
+
+def test_enjoy_says_why_a_file_is_not_a_checkpoint(tmp_path):
+    bad = tmp_path / "notes.ckpt"
+    bad.write_text("not a checkpoint")
+    result = _enjoy("--ckpt_path", str(bad))
+    assert result.returncode == 2 and "not a readable torch checkpoint" in result.stderr
