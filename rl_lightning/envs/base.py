@@ -118,6 +118,7 @@ class VectorEnv:
             self.action_dtype = torch.float32
             self._action_low = torch.as_tensor(action_space.low, dtype=torch.float32, device=self.device)
             self._action_high = torch.as_tensor(action_space.high, dtype=torch.float32, device=self.device)
+            self._bounded = bool(np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all())
         self._actions_shape = (num_envs, *self.action_shape)
         #: Check action values on every step (True on the CPU, where it costs no device sync).
         self.check_action_values = self.device.type == "cpu"
@@ -170,10 +171,10 @@ class VectorEnv:
         shape = (self.num_envs, *self.action_shape)
         uniform = torch.rand(shape, generator=generator, device=self.device)
         low, high = self._action_low, self._action_high
-        bounded = torch.isfinite(low) & torch.isfinite(high)
-        if bool(bounded.all()):
+        if self._bounded:
             return low + uniform * (high - low)
         normal = torch.randn(shape, generator=generator, device=self.device)
+        bounded = torch.isfinite(low) & torch.isfinite(high)
         return torch.where(bounded, torch.nan_to_num(low + uniform * (high - low)), normal)
 
     def draw(self, obs: Tensor) -> Tensor:

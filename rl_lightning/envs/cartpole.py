@@ -67,6 +67,9 @@ class CartPole(VectorEnv):
         super().__init__(num_envs, seed, device)
         self.dtype = dtype
         self.max_episode_steps = max_episode_steps
+        #: Auto-reset without any host read of tensor values (the default off the CPU, where a read
+        #: stalls the device; on the CPU the index-based reset draws fewer random numbers).
+        self.sync_free = self.device.type != "cpu"
         # Stored as (4, num_envs): each physical quantity is one contiguous row, so every
         # elementwise kernel of the dynamics runs over contiguous memory.
         self._state = torch.zeros(4, num_envs, dtype=dtype, device=self.device)
@@ -156,16 +159,24 @@ class CartPole(VectorEnv):
         truncated = self._episode_start <= self._clock - self.max_episode_steps
         done = terminated | truncated
 
-        # Auto-reset: only the finished envs get fresh random states (no full-size draw).
-        done_idx = done.nonzero().squeeze(1)
-        if done_idx.numel() > 0:
-            self._state = final.index_copy(1, done_idx, self._random_states(done_idx.numel()))
-            self._episode_start.index_fill_(0, done_idx, self._clock)
-            # `final` is referenced by nothing but info["final_observation"] from here on.
+        if self.sync_free:
+            # Auto-reset without reading `done` on the host (on a GPU that read is a sync): every
+            # env draws a fresh state and the finished ones take it.
+            self._state = torch.where(done, self._random_states(self.num_envs), final)
+            self._episode_start = torch.where(done, self._clock, self._episode_start)
             obs, final_obs = self._obs(self._state), self._obs(final, private=True)
         else:
-            self._state = final
-            obs = final_obs = self._obs(final)  # nothing reset: the same values, one copy
+            # Auto-reset: only the finished envs get fresh random states (no full-size draw; the
+            # host reads which envs finished, free on the CPU).
+            done_idx = done.nonzero().squeeze(1)
+            if done_idx.numel() > 0:
+                self._state = final.index_copy(1, done_idx, self._random_states(done_idx.numel()))
+                self._episode_start.index_fill_(0, done_idx, self._clock)
+                # `final` is referenced by nothing but info["final_observation"] from here on.
+                obs, final_obs = self._obs(self._state), self._obs(final, private=True)
+            else:
+                self._state = final
+                obs = final_obs = self._obs(final)  # nothing reset: the same values, one copy
         reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
         return obs, reward, terminated, truncated, {"final_observation": final_obs}
 

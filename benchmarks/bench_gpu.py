@@ -1,0 +1,178 @@
+"""GPU measurements, one run: env throughput at large batch sizes (next to gymnax's CartPole where
+JAX is installed), time to solve CartPole with VPG, PPO and DQN on the GPU and on the same
+machine's CPU, and bf16-mixed against 32-true. Writes a markdown table file.
+
+    python benchmarks/bench_gpu.py [--out benchmarks/results/gpu.md] [--quick]
+    python benchmarks/bench_gpu.py --device cpu --quick       # the code path, on a machine without a GPU
+
+Env timing: ``steps`` vector steps with random actions drawn on the device, after a warm-up,
+between two ``torch.cuda.synchronize()`` calls (no host sync inside the loop: the envs' own
+values are never read back). gymnax: ``jit(vmap(step))`` inside a ``lax.scan`` of 100 steps, the
+protocol of the issue that asked for this comparison. Solve times: ``Trainer.fit`` to the first
+greedy evaluation (32 episodes) >= 475, evaluation time excluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from rl_lightning import DQNModule, PPOModule, VPGModule
+from rl_lightning.callbacks.evaluation import evaluate_policy
+from rl_lightning.envs import make_envs
+
+ENV_IDS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def env_step_time(env_id: str, num_envs: int, device: torch.device, steps: int) -> float:
+    """Seconds per vector step of ``num_envs`` copies (random actions, drawn on the device)."""
+    envs = make_envs(env_id, num_envs, seed=0, device=device)
+    generator = torch.Generator(device=device).manual_seed(0)
+    envs.reset()
+    for _ in range(10):  # warm-up, and the first step's action check
+        envs.step(envs.random_actions(generator))
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        envs.step(envs.random_actions(generator))
+    _sync(device)
+    return (time.perf_counter() - start) / steps
+
+
+def gymnax_step_time(num_envs: int, scan_steps: int = 100, repeats: int = 5) -> float | None:
+    """Seconds per vector step of gymnax's CartPole-v1 (None when gymnax is not installed)."""
+    try:
+        import gymnax
+        import jax
+    except ImportError:
+        return None
+    env, params = gymnax.make("CartPole-v1")
+    keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
+    _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def body(carry, _):
+        state, key = carry
+        key, action_key, step_key = jax.random.split(key, 3)
+        actions = jax.random.randint(action_key, (num_envs,), 0, 2)
+        _, state, _, _, _ = step(jax.random.split(step_key, num_envs), state, actions, params)
+        return (state, key), None
+
+    run = jax.jit(lambda state, key: jax.lax.scan(body, (state, key), None, length=scan_steps)[0])
+    carry = run(state, jax.random.PRNGKey(1))
+    jax.block_until_ready(carry)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        carry = run(*carry)
+        jax.block_until_ready(carry)
+        times.append((time.perf_counter() - start) / scan_steps)
+    return statistics.median(times)
+
+
+class _SolveClock(L.Callback):
+    """Evaluate at each epoch end once ``every`` more env steps passed; stop at >= 475."""
+
+    def __init__(self, every: int):
+        self.every, self.next, self.solved = every, every, None
+
+    def on_train_start(self, trainer, pl_module):
+        self.start, self.paused = time.perf_counter(), 0.0
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if pl_module.env_steps < self.next:
+            return
+        self.next = pl_module.env_steps + self.every
+        paused = time.perf_counter()
+        result = evaluate_policy(pl_module, pl_module.make_envs(32, 4242), seed=4242)
+        self.paused += time.perf_counter() - paused
+        if result.returns.mean().item() >= 475:
+            self.solved = (time.perf_counter() - self.start - self.paused, pl_module.env_steps)
+            trainer.should_stop = True
+
+
+def solve_time(module: L.LightningModule, accelerator: str, precision: str, max_steps: int, every: int):
+    clock = _SolveClock(every)
+    trainer = L.Trainer(
+        accelerator=accelerator,
+        devices=1,
+        precision=precision,
+        max_steps=max_steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[clock],
+    )
+    trainer.fit(module)
+    return clock.solved
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (to try the code path)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu.md"))
+    parser.add_argument("--quick", action="store_true", help="small sizes and few seeds")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    device = torch.device(args.device)
+    sizes = (4096, 65536) if args.quick else (4096, 65536, 2**20, 2**24)
+    lines = [
+        f"Machine: {torch.cuda.get_device_name() if device.type == 'cuda' else platform.processor() or 'cpu'}; "
+        f"torch {torch.__version__}, lightning {L.__version__}",
+        "",
+        f"Command: `python benchmarks/bench_gpu.py{' --quick' if args.quick else ''}`",
+        "",
+        "## Env throughput (random actions, no host sync in the loop)",
+        "",
+        "| env | num_envs | us per vector step | env steps/s |",
+        "|---|---:|---:|---:|",
+    ]
+    for env_id in ENV_IDS if not args.quick else ENV_IDS[:2]:
+        for num_envs in sizes:
+            seconds = env_step_time(env_id, num_envs, device, steps=20 if num_envs >= 2**20 else 100)
+            lines.append(f"| {env_id} | {num_envs:,} | {seconds * 1e6:,.1f} | {num_envs / seconds:.3g} |")
+            print(lines[-1], flush=True)
+    gymnax_rows = [(n, gymnax_step_time(n)) for n in sizes] if device.type == "cuda" else []
+    if any(seconds is not None for _, seconds in gymnax_rows):
+        lines += ["", "gymnax CartPole-v1 (jit(vmap(step)) in a lax.scan of 100 steps):", ""]
+        lines += ["| num_envs | us per vector step | env steps/s |", "|---:|---:|---:|"]
+        lines += [f"| {n:,} | {s * 1e6:,.1f} | {n / s:.3g} |" for n, s in gymnax_rows if s is not None]
+    lines += ["", "## Time to solve CartPole-v1 (greedy >= 475, evaluation excluded)", ""]
+    lines += ["| algorithm | setting | device | precision | seconds | env steps |", "|---|---|---|---|---:|---:|"]
+    runs = [
+        ("VPG", "defaults", lambda: VPGModule(seed=1), 50, 16_000),
+        ("VPG", "2048 envs", lambda: VPGModule(num_envs=2048, num_steps_per_rollout=200, seed=1), 50, 409_600),
+        ("PPO", "defaults", lambda: PPOModule(seed=1), 3200, 2048),
+        ("PPO", "1024 envs", lambda: PPOModule(num_envs=1024, num_steps_per_rollout=16, seed=1), 800, 16_384),
+        ("DQN", "defaults", lambda: DQNModule(seed=0), 5000, 4000),
+    ]
+    devices = (
+        [("gpu", "32-true"), ("gpu", "bf16-mixed"), ("cpu", "32-true")]
+        if device.type == "cuda"
+        else [("cpu", "32-true")]
+    )
+    for name, setting, build, max_steps, every in runs if not args.quick else runs[:3]:
+        for where, precision in devices:
+            solved = solve_time(build(), where, precision, max_steps, every)
+            seconds, env_steps = solved if solved else (float("nan"), 0)
+            lines.append(f"| {name} | {setting} | {where} | {precision} | {seconds:.2f} | {env_steps:,} |")
+            print(lines[-1], flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

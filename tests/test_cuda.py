@@ -1,0 +1,112 @@
+"""The same contract on a CUDA device: one device convention, no host syncs in the loops, training,
+acting and evaluation on the GPU. Skipped (with the reason) where no CUDA device is present; CI has
+none: benchmarks/gpu.sh runs these on a GPU machine."""
+
+import lightning as L
+import pytest
+import torch
+
+from rl_lightning import DQNModule, PPOModule, VPGModule
+from rl_lightning.callbacks import evaluate_policy
+from rl_lightning.envs import make_envs, registered_env_ids
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+@pytest.mark.parametrize("env_id", registered_env_ids())
+def test_cuda_and_cuda_0_are_the_same_device(env_id, device):
+    envs = make_envs(env_id, 16, seed=0, device=device)
+    assert envs.device == torch.device("cuda", torch.cuda.current_device())
+    envs.reset()
+    for actions_device in ("cuda", "cuda:0"):
+        actions = envs.random_actions(torch.Generator(device="cuda").manual_seed(0)).to(actions_device)
+        obs, reward, terminated, truncated, info = envs.step(actions)
+        assert obs.is_cuda and reward.is_cuda and terminated.is_cuda and truncated.is_cuda
+        assert info["final_observation"].is_cuda
+
+
+@pytest.mark.parametrize("env_id", registered_env_ids())
+def test_env_steps_do_not_synchronise_with_the_host(env_id):
+    envs = make_envs(env_id, 1024, seed=0, device="cuda")
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    envs.reset()
+    envs.step(envs.random_actions(generator))  # the first step checks action values (one sync)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(600):  # past every time limit, so resets happen
+            envs.step(envs.random_actions(generator))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs"),
+    [
+        (VPGModule, dict(num_envs=64, num_steps_per_rollout=50)),
+        (PPOModule, dict(num_envs=64, num_steps_per_rollout=16, normalize_obs=True)),
+        (DQNModule, dict(num_envs=64, learning_starts=256, batch_size=64)),
+    ],
+)
+def test_collecting_data_does_not_synchronise_with_the_host(cls, kwargs):
+    module = cls(**kwargs).to("cuda")
+    source = module.make_source(make_envs("CartPole-v1", kwargs["num_envs"], seed=0, device="cuda"), 0, 1, 0)
+    source.next_batch()  # the first step of the envs checks action values
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(5):
+            source.next_batch()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+@pytest.mark.parametrize(
+    ("cls", "kwargs"),
+    [
+        (VPGModule, dict(num_envs=32, num_steps_per_rollout=50)),
+        (PPOModule, dict(num_envs=32, num_steps_per_rollout=16)),
+        (DQNModule, dict(num_envs=16, learning_starts=64, batch_size=64)),
+    ],
+)
+def test_fit_act_evaluate_and_export_on_the_gpu(cls, kwargs, precision, tmp_path):
+    module = cls(**kwargs)
+    trainer = L.Trainer(
+        accelerator="gpu", devices=1, max_steps=8, precision=precision, logger=False, enable_checkpointing=False
+    )
+    trainer.fit(module)
+    assert module.device.type == "cuda" and module.source.device == module.device
+    actions = module.act(torch.zeros(5, 4), greedy=True)  # a CPU observation is moved
+    assert actions.device == module.device and actions.shape == (5,)
+    result = evaluate_policy(module, module.make_envs(8, 0))
+    assert result.returns.is_cuda and (result.returns >= 1).all()
+    scripted = torch.jit.load(str(module.export_policy(tmp_path / "policy.pt")))
+    obs = torch.randn(6, 4)
+    assert torch.equal(scripted(obs), module.act(obs, greedy=True).cpu())
+
+
+def test_dqn_solves_cartpole_on_the_gpu_greedy_mean_return_at_least_475_over_32_episodes():
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    from rl_lightning.callbacks import Evaluation
+
+    evaluation = Evaluation(every_n_env_steps=4_000, num_eval_episodes=32)
+    stop = EarlyStopping(
+        monitor="eval/episodic_return",
+        stopping_threshold=475,
+        mode="max",
+        patience=10**9,
+        check_on_train_epoch_end=True,
+    )
+    trainer = L.Trainer(
+        accelerator="gpu",
+        devices=1,
+        max_steps=5_000,
+        logger=False,
+        enable_checkpointing=False,
+        callbacks=[evaluation, stop],
+    )
+    trainer.fit(DQNModule(seed=0))
+    assert evaluation.last_metrics["eval/episodic_return"] >= 475
