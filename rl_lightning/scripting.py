@@ -1,88 +1,127 @@
-"""Command-line plumbing shared by the training scripts: a module's hyper-parameters and
-Lightning's Trainer flags as argparse options."""
+"""Command-line plumbing shared by the training scripts: jsonargparse reads a module's
+hyper-parameters (types and defaults from its signature, help from its docstring's Args), and
+adds Lightning's Trainer flags and the evaluation / video / stopping options."""
 
 from __future__ import annotations
 
-import argparse
-import collections.abc
-import inspect
-import types
-import typing
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter, Namespace
+from jsonargparse.typing import PositiveInt
 
 
-def _parse_bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
+class _HelpFormatter(DefaultHelpFormatter):
+    """jsonargparse's help (type and default after each option) with the script's docstring as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "".join(indent + line for line in text.splitlines(keepends=True))
 
 
-def _optional(convert):
-    def parse(text: str):
-        return None if text.lower() == "none" else convert(text)
+def _script_parser(
+    module_cls: type[L.LightningModule], doc: str | None, max_steps: int, eval_every: int, video_every: int
+) -> tuple[ArgumentParser, list[str]]:
+    """The training scripts' parser: ``--config``, ``module_cls``'s hyper-parameters as flat options
+    (``--lr``, ``--hidden_sizes [64,64]``, ``--network CLASS_PATH``), the Trainer flags and the evaluation /
+    video / stopping options. Returns it and the names of the hyper-parameters."""
+    parser = ArgumentParser(description=doc, formatter_class=_HelpFormatter)
+    parser.add_argument("--config", action=ActionConfigFile, help="a YAML file of options (see --print_config)")
+    module_keys = parser.add_class_arguments(module_cls, nested_key=None, as_group=True)
+    for action in parser._actions:
+        if action.dest == "network":
+            # jsonargparse would list every nn.Module subclass torch has (a screenful) in the help.
+            action.extra_help = lambda: ", a class_path and init_args, e.g. torch.nn.Flatten"
 
-    parse.__name__ = convert.__name__
-    return parse
-
-
-def add_module_args(parser: argparse.ArgumentParser, module_cls: type[L.LightningModule]) -> None:
-    """Add one ``--name`` option per ``__init__`` argument of ``module_cls``, typed and
-    defaulted from its signature (``--hidden_sizes 64 64``, ``--clip_coef none``)."""
-    hints = typing.get_type_hints(module_cls.__init__)
-    group = parser.add_argument_group(f"{module_cls.__name__} hyper-parameters")
-    for name, param in inspect.signature(module_cls.__init__).parameters.items():
-        if name == "self":
-            continue
-        hint = hints.get(name, str)
-        optional = False
-        if typing.get_origin(hint) in (typing.Union, types.UnionType):
-            members = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-            optional = len(members) < len(typing.get_args(hint))
-            hint = members[0]
-        base = hint
-        kwargs: dict[str, Any] = {"default": param.default, "help": f"(default: {param.default})"}
-        if typing.get_origin(base) in (tuple, list, collections.abc.Sequence):
-            kwargs.update(nargs="+", type=int)
-        elif base is bool:
-            kwargs["type"] = _parse_bool
-        elif base in (int, float, str):
-            kwargs["type"] = _optional(base) if optional else base
-        else:  # e.g. a network: set it in Python or through the rl-lightning CLI's class_path
-            continue
-        group.add_argument(f"--{name}", **kwargs)
-
-
-def add_trainer_args(parser: argparse.ArgumentParser, max_steps: int) -> None:
-    """Add the Trainer flags the scripts pass through."""
     group = parser.add_argument_group("Lightning Trainer flags")
-    group.add_argument("--accelerator", default="cpu", help="cpu, gpu, auto ... (default: cpu)")
-    group.add_argument("--devices", default="1", help="number of devices or 'auto' (default: 1)")
-    group.add_argument("--strategy", default="auto", help="auto, ddp, ddp_spawn ... (default: auto)")
-    group.add_argument("--num_nodes", type=int, default=1, help="machines in a multi-node run (default: 1)")
-    group.add_argument("--precision", default="32-true", help="32-true, bf16-mixed, 16-mixed (default: 32-true)")
-    group.add_argument("--max_steps", type=int, default=max_steps, help=f"optimizer steps (default: {max_steps})")
-    group.add_argument("--default_root_dir", default=".", help="logs go to DIR/lightning_logs (default: .)")
-    group.add_argument("--num_threads", type=int, default=1, help="torch CPU threads (default: 1)")
+    group.add_argument("--accelerator", type=str, default="cpu", help="cpu, gpu, auto ...")
+    group.add_argument("--devices", type=int | str, default=1, help="how many, auto, or which: 0,1")
+    group.add_argument("--strategy", type=str, default="auto", help="auto, ddp, ddp_spawn ...")
+    group.add_argument("--num_nodes", type=PositiveInt, default=1, help="machines in a multi-node run")
+    group.add_argument("--precision", type=str, default="32-true", help="32-true, bf16-mixed, 16-mixed ...")
+    group.add_argument("--max_steps", type=int, default=max_steps, help="optimizer steps in all (-1: no limit)")
+    group.add_argument("--default_root_dir", type=str, default=".", help="logs go to DIR/lightning_logs")
+    group.add_argument("--num_threads", type=PositiveInt, default=1, help="torch CPU threads")
     group.add_argument(
         "--ckpt_path",
+        type=str | None,
         default=None,
         help="resume from this checkpoint, or 'last': the newest last.ckpt under DIR/lightning_logs",
     )
 
+    group = parser.add_argument_group("evaluation, video and stopping")
+    every = "env steps between greedy evaluations"
+    group.add_argument("--eval_every_n_env_steps", type=PositiveInt, default=eval_every, help=every)
+    group.add_argument("--num_eval_episodes", type=PositiveInt, default=32, help="episodes per evaluation")
+    every = "env steps between grid videos"
+    group.add_argument("--video_every_n_env_steps", type=PositiveInt, default=video_every, help=every)
+    group.add_argument("--no_video", action="store_true", help="do not log grid videos")
+    group.add_argument("--solved_return", type=float, default=475.0, help="greedy eval return that stops the run")
+    group.add_argument("--no_stop_when_solved", action="store_true", help="train for the whole budget")
+    return parser, module_keys
 
-def module_kwargs(args: argparse.Namespace, module_cls: type[L.LightningModule]) -> dict[str, Any]:
-    """The parsed values of ``module_cls``'s hyper-parameters."""
-    names = [name for name in inspect.signature(module_cls.__init__).parameters if name != "self"]
-    return {name: getattr(args, name) for name in names if hasattr(args, name)}
+
+def _argparse_spellings(argv: Sequence[str], list_options: set[str]) -> list[str]:
+    """``argv`` with the argparse-era spellings jsonargparse does not read in its own:
+    ``--hidden_sizes 64 64`` -> ``--hidden_sizes [64,64]`` and ``none`` / ``None`` -> ``null``."""
+
+    def is_option(token: str) -> bool:
+        return token.startswith("-") and not token.lstrip("-")[:1].isdigit()  # -1 and -0.5 are values
+
+    result: list[str] = []
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        index += 1
+        if token in ("none", "None"):
+            token = "null"
+        elif is_option(token) and token.endswith(("=none", "=None")):
+            token = token.rpartition("=")[0] + "=null"
+        result.append(token)
+        if token in list_options:
+            end = index
+            while end < len(argv) and not is_option(argv[end]):
+                end += 1
+            values, index = list(argv[index:end]), end
+            if values and values[0].startswith("["):  # jsonargparse's own list, maybe split by the shell
+                result.append(" ".join(values))
+            elif values:
+                result.append(f"[{','.join(values)}]")
+    return result
 
 
-def fit_kwargs(args: argparse.Namespace, module_cls: type[L.LightningModule]) -> dict[str, Any]:
+def parse_script_args(
+    module_cls: type[L.LightningModule],
+    doc: str | None,
+    max_steps: int,
+    eval_every: int,
+    video_every: int,
+    argv: Sequence[str] | None = None,
+) -> tuple[L.LightningModule, Namespace]:
+    """Parse ``argv`` (None: ``sys.argv[1:]``), apply ``--num_threads`` and build the module. Returns
+    the module and the options. A value of the wrong type, or one the module refuses (``--lr -1``),
+    exits with status 2 and a message naming the option, as argparse does."""
+    import torch
+
+    parser, module_keys = _script_parser(module_cls, doc, max_steps, eval_every, video_every)
+    # jsonargparse gives a list-valued option a second spelling, ``--hidden_sizes+`` (append).
+    options = {option for action in parser._actions for option in action.option_strings}
+    list_options = {f"--{key}" for key in module_keys if f"--{key}+" in options}
+    args = parser.parse_args(_argparse_spellings(sys.argv[1:] if argv is None else argv, list_options))
+    torch.set_num_threads(args.num_threads)
+    # ``instantiate`` is jsonargparse >= 4.49's name for ``instantiate_classes``.
+    instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes
+    hparams = instantiate(args)  # builds --network from its class_path and init_args
+    try:
+        module = module_cls(**{key: hparams[key] for key in module_keys})
+    except (TypeError, ValueError) as error:
+        parser.error(str(error), error)
+    return module, args
+
+
+def fit_kwargs(args: Namespace, module_cls: type[L.LightningModule]) -> dict[str, Any]:
     """The arguments of ``trainer.fit`` besides the module: the checkpoint to resume from (``last``:
     the newest ``last.ckpt`` saved by ``module_cls``)."""
     from rl_lightning.checkpoints import resolve_ckpt_path
@@ -90,32 +129,13 @@ def fit_kwargs(args: argparse.Namespace, module_cls: type[L.LightningModule]) ->
     return {"ckpt_path": resolve_ckpt_path(args.ckpt_path, args.default_root_dir, module_cls.algorithm_name())}
 
 
-def trainer_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+def trainer_kwargs(args: Namespace) -> dict[str, Any]:
     """The parsed Trainer flags, ready for ``L.Trainer(**...)``."""
-    devices: int | str = int(args.devices) if args.devices.isdigit() else args.devices
-    return dict(
-        accelerator=args.accelerator,
-        devices=devices,
-        strategy=args.strategy,
-        num_nodes=args.num_nodes,
-        precision=args.precision,
-        max_steps=args.max_steps,
-        default_root_dir=args.default_root_dir,
-    )
+    names = ("accelerator", "devices", "strategy", "num_nodes", "precision", "max_steps", "default_root_dir")
+    return {name: args[name] for name in names}
 
 
-def add_watch_args(parser: argparse.ArgumentParser, eval_every: int, video_every: int) -> None:
-    """Add the evaluation / video / stop-when-solved options."""
-    group = parser.add_argument_group("evaluation, video and stopping")
-    group.add_argument("--eval_every_n_env_steps", type=int, default=eval_every, help=f"(default: {eval_every})")
-    group.add_argument("--num_eval_episodes", type=int, default=32, help="(default: 32)")
-    group.add_argument("--video_every_n_env_steps", type=int, default=video_every, help=f"(default: {video_every})")
-    group.add_argument("--no_video", action="store_true", help="do not log grid videos")
-    group.add_argument("--solved_return", type=float, default=475.0, help="greedy eval return that stops the run")
-    group.add_argument("--no_stop_when_solved", action="store_true", help="train for the whole budget")
-
-
-def watch_callbacks(args: argparse.Namespace) -> list[L.Callback]:
+def watch_callbacks(args: Namespace) -> list[L.Callback]:
     """Evaluation, a checkpoint of the best greedy policy (and the last), optionally a grid
     video and early stopping once the greedy return reaches ``--solved_return``."""
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
@@ -169,22 +189,6 @@ def report(trainer: L.Trainer, module: L.LightningModule, seconds: float) -> str
         f"  TensorBoard logs: {log_dir}  (tensorboard --logdir {Path(log_dir).parent.parent})",
     ]
     return "\n".join(lines)
-
-
-def parse_script_args(
-    module_cls: type[L.LightningModule], doc: str | None, max_steps: int, eval_every: int, video_every: int
-) -> argparse.Namespace:
-    """The training scripts' command line: ``module_cls``'s hyper-parameters, the Trainer flags and
-    the evaluation / video / stopping options. Also applies ``--num_threads``."""
-    import torch
-
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_module_args(parser, module_cls)
-    add_trainer_args(parser, max_steps=max_steps)
-    add_watch_args(parser, eval_every=eval_every, video_every=video_every)
-    args = parser.parse_args()
-    torch.set_num_threads(args.num_threads)
-    return args
 
 
 def run_script(main: Any) -> None:

@@ -3,8 +3,9 @@
 The defaults solve CartPole-v1 in seconds on one CPU thread: the run stops once the greedy
 policy's mean return over 32 evaluation episodes reaches 475 (``--no_stop_when_solved`` trains
 for the whole budget). Every DQNModule hyper-parameter and the usual Trainer flags are options
-(``--double_dqn false``, ``--target_update_env_steps none --tau 0.01``). Logs, grid videos and
-checkpoints go to ``lightning_logs/`` (watch them with ``tensorboard --logdir lightning_logs``).
+(``--double_dqn false``, ``--target_update_env_steps null --tau 0.01``, ``--hidden_sizes [64,64]``;
+``--config my.yaml`` reads them from a file). Logs, grid videos and checkpoints go to
+``lightning_logs/`` (watch them with ``tensorboard --logdir lightning_logs``).
 """
 
 import time
@@ -14,7 +15,6 @@ import lightning as L
 from rl_lightning import DQNModule
 from rl_lightning.scripting import (
     fit_kwargs,
-    module_kwargs,
     parse_script_args,
     report,
     run_script,
@@ -24,8 +24,8 @@ from rl_lightning.scripting import (
 
 
 def main() -> None:
-    args = parse_script_args(DQNModule, __doc__, max_steps=5_000, eval_every=4_000, video_every=40_000)
-    module = DQNModule(**module_kwargs(args, DQNModule))
+    # DQNModule(...) from the command line: a bad value exits with status 2 before training.
+    module, args = parse_script_args(DQNModule, __doc__, max_steps=5_000, eval_every=4_000, video_every=40_000)
     trainer = L.Trainer(log_every_n_steps=50, callbacks=watch_callbacks(args), **trainer_kwargs(args))
     start = time.perf_counter()
     trainer.fit(module, **fit_kwargs(args, DQNModule))

@@ -3,8 +3,9 @@
 The defaults solve CartPole-v1 in a few seconds on one CPU thread: the run stops once the
 greedy policy's mean return over 32 evaluation episodes reaches 475 (``--no_stop_when_solved``
 trains for the whole budget). Every VPGModule hyper-parameter and the usual Trainer flags are
-options. Logs, grid videos and checkpoints go to ``lightning_logs/`` (watch them with
-``tensorboard --logdir lightning_logs``).
+options (``--lr 0.01 --hidden_sizes [64,64] --clip_coef null --use_lr_decay true``; ``--print_config
+> my.yaml`` writes them all, ``--config my.yaml`` reads them back). Logs, grid videos and checkpoints
+go to ``lightning_logs/`` (watch them with ``tensorboard --logdir lightning_logs``).
 """
 
 import time
@@ -14,7 +15,6 @@ import lightning as L
 from rl_lightning import VPGModule
 from rl_lightning.scripting import (
     fit_kwargs,
-    module_kwargs,
     parse_script_args,
     report,
     run_script,
@@ -24,8 +24,8 @@ from rl_lightning.scripting import (
 
 
 def main() -> None:
-    args = parse_script_args(VPGModule, __doc__, max_steps=50, eval_every=32_000, video_every=100_000)
-    module = VPGModule(**module_kwargs(args, VPGModule))
+    # VPGModule(...) from the command line: a bad value exits with status 2 before training.
+    module, args = parse_script_args(VPGModule, __doc__, max_steps=50, eval_every=32_000, video_every=100_000)
     trainer = L.Trainer(log_every_n_steps=1, callbacks=watch_callbacks(args), **trainer_kwargs(args))
     start = time.perf_counter()
     trainer.fit(module, **fit_kwargs(args, VPGModule))
