@@ -132,9 +132,10 @@ def test_help_lists_every_hyperparameter_with_type_default_and_doc(script, monke
     parameters = [p for p in inspect.signature(SCRIPTS[script].__init__).parameters.values() if p.name != "self"]
     assert len(parameters) >= 20
     for parameter in parameters:
-        # "  --lr LR   Adam learning rate. (type: float, default: 0.02)", the help maybe on the next line
-        index = next(i for i, line in enumerate(lines) if line.lstrip().startswith(f"--{parameter.name} "))
-        text = " ".join(lines[index : index + 2]) if "(type:" not in lines[index] else lines[index]
+        # "  --lr LR   Adam learning rate. (type: float, default: 0.02)", a long help on the next lines
+        start = next(i for i, line in enumerate(lines) if line.lstrip().startswith(f"--{parameter.name} "))
+        end = next(i for i in range(start, len(lines)) if "(type:" in lines[i])
+        text = " ".join(line.strip() for line in lines[start : end + 1])
         name = re.escape(parameter.name)
         match = re.search(rf"--{name} \S+(?:, --{name}\+ \S+)? +(.*?) *\(type: (.+?), default: (\(.*?\)|[^,)]+)", text)
         assert match, text
