@@ -191,7 +191,13 @@ def _num_features(network: nn.Module, observation_space: gym.spaces.Box) -> int:
     param = next(network.parameters(), None)
     device = param.device if param is not None else "cpu"
     with torch.no_grad():
-        features = network(torch.zeros((2, *observation_space.shape), dtype=dtype, device=device))
+        try:
+            features = network(torch.zeros((2, *observation_space.shape), dtype=dtype, device=device))
+        except RuntimeError as error:
+            raise ValueError(
+                f"network must map observations (batch, {', '.join(map(str, observation_space.shape))}) to features "
+                f"(batch, num_features); it failed on a batch of 2: {error}"
+            ) from error
     if not isinstance(features, Tensor) or features.dim() != 2 or features.shape[0] != 2:
         shape = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
         raise ValueError(
@@ -456,3 +462,120 @@ class ActorCritic(nn.Module):
 
     def act(self, obs: Tensor, greedy: bool = False, generator: torch.Generator | None = None) -> Tensor:
         return self.actor.act(obs, greedy, generator)
+
+
+#: Recurrent cores by name.
+CORES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
+
+
+class RecurrentActorCritic(nn.Module):
+    """A policy and a value function with memory: an encoder, one recurrent core (LSTM or GRU)
+    shared by both, and a policy head and a value head on the core's output (CleanRL's LSTM PPO;
+    sb3-contrib's ``RecurrentPPO`` keeps a second core for the critic by default).
+
+    The state is one tensor ``(num_state, batch, core_size)``: ``[h; c]`` for an LSTM, ``[h]`` for
+    a GRU. It is zeroed for every env whose episode starts at a step (``episode_start``) before
+    that step's observation goes in, during collection and during training alike.
+
+    Args:
+        observation_space: a ``Box`` (or an observation shape, taken as float32).
+        action_space: ``Discrete`` -> categorical policy; ``Box`` -> diagonal Gaussian.
+        hidden_sizes: the encoder MLP's hidden layers (before the core).
+        core: ``"lstm"`` or ``"gru"``.
+        core_size: the core's hidden size.
+        network: your own encoder (observations -> features) instead of the MLP.
+        activation: the encoder MLP's activation.
+        orthogonal: the common PPO init (and zero-bias, orthogonal core weights).
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.spaces.Box | Sequence[int],
+        action_space: gym.spaces.Discrete | gym.spaces.Box | int,
+        hidden_sizes: Sequence[int] = (64,),
+        core: str = "lstm",
+        core_size: int = 64,
+        network: nn.Module | None = None,
+        activation: str = "tanh",
+        orthogonal: bool = True,
+    ):
+        super().__init__()
+        check_choice("core", core, CORES)
+        observation_space, action_space = as_observation_space(observation_space), as_action_space(action_space)
+        self.encoder, num_features = make_encoder(observation_space, hidden_sizes, network, activation)
+        self.core = CORES[core](num_features, core_size)
+        self.num_state = 2 if core == "lstm" else 1
+        self.core_size = core_size
+        if space_kind(action_space) == "discrete":
+            self.actor_head: CategoricalHead | GaussianHead = CategoricalHead(core_size, int(action_space.n))
+        else:
+            self.actor_head = GaussianHead(core_size, action_space.shape)
+        self.critic_head = nn.Linear(core_size, 1)
+        if orthogonal:
+            if network is None:
+                orthogonal_init(self.encoder)
+            for name, param in self.core.named_parameters():
+                if "weight" in name:
+                    nn.init.orthogonal_(param, 1.0)
+                else:
+                    nn.init.zeros_(param)
+            orthogonal_init(self.actor_head, gain=0.01)
+            orthogonal_init(self.critic_head, gain=1.0)
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> Tensor:
+        """Zeros ``(num_state, batch, core_size)``."""
+        return torch.zeros(self.num_state, batch, self.core_size, device=device)
+
+    def _core_step(self, features: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        """One step of the core for features ``(batch, F)`` from ``state``."""
+        if self.num_state == 2:
+            output, (h, c) = self.core(features.unsqueeze(0), (state[0:1].contiguous(), state[1:2].contiguous()))
+            return output.squeeze(0), torch.cat([h, c])
+        output, h = self.core(features.unsqueeze(0), state.contiguous())
+        return output.squeeze(0), h
+
+    def unroll(self, obs: Tensor, state: Tensor, episode_starts: Tensor) -> tuple[Tensor, Tensor]:
+        """Core outputs ``(batch, T, core_size)`` for observations ``(batch, T, *obs_shape)`` from
+        ``state`` ``(num_state, batch, core_size)``, zeroing it where ``episode_starts``
+        ``(batch, T)`` says a new episode starts; and the state after the last step."""
+        features = self.encoder(obs).float()  # all steps at once; only the core runs step by step
+        keep = (~episode_starts.bool()).float()
+        outputs = []
+        for t in range(obs.shape[1]):
+            state = state * keep[:, t].view(1, -1, 1)
+            output, state = self._core_step(features[:, t], state)
+            outputs.append(output)
+        return torch.stack(outputs, dim=1), state
+
+    def sample(
+        self, obs: Tensor, state: Tensor, episode_start: Tensor, generator: torch.Generator | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """One step of every env: sampled actions, their log-probabilities, the values, and the
+        state after the step (``obs`` ``(batch, *obs_shape)``, ``episode_start`` ``(batch,)``)."""
+        output, state = self.unroll(obs.unsqueeze(1), state, episode_start.unsqueeze(1))
+        output = output.squeeze(1)
+        actions, logprobs = self.actor_head.sample(self.actor_head(output), generator)
+        return actions, logprobs, self.critic_head(output).squeeze(-1).float(), state
+
+    def evaluate(
+        self, obs: Tensor, actions: Tensor, state: Tensor, episode_starts: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """log pi(actions), the entropy and V along whole sequences ``(batch, T, ...)`` replayed from
+        their initial ``state`` with the collection's masking; each ``(batch, T)``, differentiable."""
+        output, _ = self.unroll(obs, state, episode_starts)
+        params = self.actor_head(output)
+        values = self.critic_head(output).squeeze(-1).float()
+        return self.actor_head.log_prob(params, actions), self.actor_head.entropy(params), values
+
+    def value(self, obs: Tensor, state: Tensor, episode_start: Tensor) -> Tensor:
+        output, _ = self.unroll(obs.unsqueeze(1), state, episode_start.unsqueeze(1))
+        return self.critic_head(output.squeeze(1)).squeeze(-1).float()
+
+    def act(
+        self, obs: Tensor, state: Tensor, episode_start: Tensor, greedy: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Actions (argmax / mean if ``greedy``), the policy's outputs, and the state after the step."""
+        output, state = self.unroll(obs.unsqueeze(1), state, episode_start.unsqueeze(1))
+        params = self.actor_head(output.squeeze(1))
+        actions = self.actor_head.mode(params) if greedy else self.actor_head.sample(params)[0]
+        return actions, params, state

@@ -39,6 +39,10 @@ class RLModuleProtocol(Protocol):
     def act(self, obs: Any, greedy: bool = False) -> Tensor:
         """Actions for a batch of observations (or one): the most likely if ``greedy``."""
 
+    def greedy_actor(self) -> Any:
+        """A callable ``actor(obs, episode_start=None) -> actions`` for the greedy policy (it carries a
+        recurrent policy's state)."""
+
     def make_envs(self, num_envs: int, seed: int) -> VectorEnv:
         """A fresh instance of the module's env on its device (evaluation, videos)."""
 

@@ -43,12 +43,13 @@ def play(module, episodes: int, seed: int, backend: str, video: Path | None, max
         raise ValueError(f"{env_id} can neither draw its observations nor render: no video")
     returns, frames = [], []
     obs, _ = envs.reset()
+    actor = module.greedy_actor()  # carries a recurrent policy's state
     for _ in range(episodes):
         total, steps, done = 0.0, 0, False
         while not done and steps < max_steps:
             if video is not None:
                 frames.append((envs.draw(obs[0]) if envs.can_draw else envs.render()[0]).numpy())
-            next_obs, reward, terminated, truncated, _ = envs.step(module.act(obs, greedy=True))
+            next_obs, reward, terminated, truncated, _ = envs.step(actor(obs, torch.tensor([steps == 0])))
             total += float(reward[0])
             steps += 1
             done = bool(terminated[0] or truncated[0])

@@ -27,6 +27,9 @@ class FakeModule:
     def act(self, obs, greedy=False):
         return torch.zeros(obs.shape[0], dtype=torch.int64)
 
+    def greedy_actor(self):
+        return lambda obs, episode_start=None: self.act(obs, greedy=True)
+
     def make_envs(self, num_envs, seed):
         from rl_lightning import make_envs
 

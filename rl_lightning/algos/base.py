@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -218,6 +219,13 @@ class RLModule(L.LightningModule):
             ``(*batch, *action_shape)``: int64 for ``Discrete`` actions, float32 for ``Box``.
         """
         check_bool("greedy", greedy)
+        obs, batch_shape = self._batch_of_observations(obs)
+        actions = self.policy_actions(obs, greedy)
+        return actions.reshape((*batch_shape, *self.action_shape))
+
+    def _batch_of_observations(self, obs: Any) -> tuple[Tensor, torch.Size]:
+        """``obs`` as a ``(batch, *obs_shape)`` tensor of the env's dtype on the module's device, and
+        the batch shape it had (a ``ValueError`` naming the expected shape otherwise)."""
         obs = torch.as_tensor(obs, device=self.device)
         obs_shape = self.obs_shape
         batch_dims = obs.dim() - len(obs_shape)
@@ -226,9 +234,17 @@ class RLModule(L.LightningModule):
                 f"obs must have shape (*batch, {', '.join(map(str, obs_shape))}) for {self.hparams.env_id}, "
                 f"got {tuple(obs.shape)}"
             )
-        batch_shape = obs.shape[:batch_dims]
-        actions = self.policy_actions(obs.reshape(-1, *obs_shape).to(self.obs_dtype), greedy)
-        return actions.reshape((*batch_shape, *self.action_shape))
+        return obs.reshape(-1, *obs_shape).to(self.obs_dtype), obs.shape[:batch_dims]
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the policy has memory: its ``act`` then takes and returns a state."""
+        return False
+
+    def greedy_actor(self) -> Callable[..., Tensor]:
+        """A callable ``actor(obs, episode_start=None) -> actions`` playing the greedy policy; for a
+        recurrent policy it carries the state from call to call (zeroed where ``episode_start``)."""
+        return _GreedyActor(self)
 
     def forward(self, obs: Tensor) -> Tensor:
         """Greedy actions for a batch of observations ``(batch, *obs_shape)``."""
@@ -581,6 +597,20 @@ class RLModule(L.LightningModule):
                     f"for {env_id!r}, this module with hidden_sizes={self.hparams.get('hidden_sizes')} for "
                     f"{self.hparams.env_id!r}"
                 )
+
+
+class _GreedyActor:
+    """See :meth:`RLModule.greedy_actor`."""
+
+    def __init__(self, module: RLModule):
+        self.module = module
+        self.state: Tensor | None = None
+
+    def __call__(self, obs: Any, episode_start: Tensor | None = None) -> Tensor:
+        if not self.module.recurrent:
+            return self.module.act(obs, greedy=True)
+        actions, self.state = self.module.act(obs, greedy=True, state=self.state, episode_start=episode_start)
+        return actions
 
 
 def _other_algorithms(action_kind: str) -> str:

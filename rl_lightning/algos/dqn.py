@@ -64,7 +64,8 @@ class DQNModule(RLModule):
             (``Trainer(gradient_clip_val=...)``, when given, takes precedence).
         target_update_env_steps: env steps between target updates; None: after every update.
         tau: target update weight in (0, 1]: 1.0 is a hard copy, small values Polyak averaging.
-        epsilon_start, epsilon_end: exploration rate at the start and after the decay.
+        epsilon_start: exploration rate at the start.
+        epsilon_end: exploration rate after the decay.
         exploration_fraction: part of the run's env steps over which epsilon decays linearly.
         double_dqn: pick the next action with ``q_network`` and value it with ``target_network``.
         loss: ``"mse"`` or ``"huber"``.

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from rl_lightning._checks import check_bool, check_choice, check_float, check_int, check_sizes
 from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
-from rl_lightning.data.actor_critic import ActorCriticSource, PPOBatch
+from rl_lightning.data.actor_critic import ActorCriticSource, PPOBatch, RecurrentActorCriticSource, RecurrentPPOBatch
 from rl_lightning.data.normalization import ObservationNormalizer, RewardScaler
 from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.envs.base import VectorEnv
@@ -45,7 +45,7 @@ from rl_lightning.losses import (
     compute_ppo_value_loss,
     normalize_advantages,
 )
-from rl_lightning.nets import ACTIVATIONS, ActorCritic
+from rl_lightning.nets import ACTIVATIONS, CORES, ActorCritic, RecurrentActorCritic
 from rl_lightning.seeding import seeded
 
 
@@ -80,6 +80,13 @@ class PPOModule(RLModule):
         hidden_sizes: widths of the MLP encoders' hidden layers.
         activation: ``"tanh"`` or ``"relu"``.
         adam_eps: Adam's epsilon.
+        recurrent: ``"lstm"`` or ``"gru"``: a recurrent core between the encoder and the heads, shared
+            by actor and critic (``hidden_sizes`` is then the encoder before it); its state is carried
+            across env steps, zeroed where an episode starts, stored at every step of a rollout, and
+            a minibatch is a group of whole env sequences replayed from their stored state
+            (``num_minibatches`` must divide ``num_envs``). ``act`` then takes and returns the state.
+            None: a feed-forward policy.
+        core_size: the recurrent core's hidden size.
         seed: seeds the network init (identical on every rank), the envs (``seed + rank``),
             action sampling and minibatch shuffling.
         network: your own encoder (observations -> features) for the actor (the critic gets a
@@ -116,6 +123,8 @@ class PPOModule(RLModule):
         hidden_sizes: Sequence[int] = (64, 64),
         activation: str = "tanh",
         adam_eps: float = 1e-5,
+        recurrent: str | None = None,
+        core_size: int = 64,
         seed: int = 1,
         network: nn.Module | None = None,
         env_backend: str = "auto",
@@ -152,20 +161,40 @@ class PPOModule(RLModule):
                 f"num_minibatches ({num_minibatches}) must divide num_envs * num_steps_per_rollout "
                 f"({num_envs} * {num_steps_per_rollout} = {num_envs * num_steps_per_rollout})"
             )
+        check_int("core_size", core_size, 1)
+        if recurrent is not None:
+            check_choice("recurrent", recurrent, CORES)
+            if num_envs % num_minibatches != 0:
+                raise ValueError(
+                    f"num_minibatches ({num_minibatches}) must divide num_envs ({num_envs}) for a recurrent "
+                    "policy: a minibatch is a group of whole env sequences"
+                )
         self.save_hyperparameters(ignore=["network"])
         with seeded(seed):  # the same initial weights on every rank
-            self.model = ActorCritic(
-                self.observation_space, self.action_space, hidden_sizes, shared_encoder, network, activation
-            )
+            if recurrent is None:
+                self.model: ActorCritic | RecurrentActorCritic = ActorCritic(
+                    self.observation_space, self.action_space, hidden_sizes, shared_encoder, network, activation
+                )
+            else:
+                self.model = RecurrentActorCritic(
+                    self.observation_space, self.action_space, hidden_sizes, recurrent, core_size, network, activation
+                )
         self.obs_normalizer = ObservationNormalizer(self.obs_shape) if normalize_obs else None
         self.reward_scaler = RewardScaler(gamma) if normalize_rewards else None
         self._skip_updates = False  # target_kl reached: the rest of this rollout's minibatches
 
     # -- the algorithm ----------------------------------------------------------------------
 
-    def training_step(self, batch: PPOBatch, batch_idx: int) -> Tensor:
+    def training_step(self, batch: PPOBatch | RecurrentPPOBatch, batch_idx: int) -> Tensor:
         hp = self.hparams
-        logprobs, entropy, values = self.model.evaluate(batch.obs, batch.actions)
+        if self.recurrent:  # whole sequences from their stored state: (batch_envs, num_steps) each
+            logprobs, entropy, values = self.model.evaluate(
+                batch.obs, batch.actions, batch.states, batch.episode_starts
+            )
+            batch = PPOBatch(*(field.flatten(0, 1) for field in batch[:6]))
+            logprobs, entropy, values = logprobs.flatten(), entropy.flatten(), values.flatten()
+        else:
+            logprobs, entropy, values = self.model.evaluate(batch.obs, batch.actions)
         advantages = normalize_advantages(batch.advantages) if hp.norm_adv else batch.advantages
         policy_loss = compute_ppo_policy_loss(logprobs, batch.logprobs, advantages, hp.clip_coef)
         value_loss = compute_ppo_value_loss(
@@ -219,7 +248,8 @@ class PPOModule(RLModule):
 
     def make_source(self, envs: VectorEnv, seed: int, world_size: int, env_steps: int) -> ActorCriticSource:
         hp = self.hparams
-        return ActorCriticSource(
+        source_class = ActorCriticSource if hp.recurrent is None else RecurrentActorCriticSource
+        return source_class(
             envs,
             self.model,
             num_steps=hp.num_steps_per_rollout,
@@ -240,10 +270,45 @@ class PPOModule(RLModule):
             return self.trainer.strategy.reduce(tensor, reduce_op="sum")
         return tensor
 
+    @property
+    def recurrent(self) -> bool:
+        return self.hparams.recurrent is not None
+
     def greedy_policy(self) -> nn.Module:
+        if self.recurrent:
+            raise ValueError("exporting a recurrent policy is not supported yet: it needs its state as an input")
         return GreedyPolicy(self.model.actor, self.obs_normalizer)
 
+    @torch.no_grad()
+    def act(
+        self, obs: Any, greedy: bool = False, state: Tensor | None = None, episode_start: Any = None
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Actions for ``obs`` as :meth:`RLModule.act`; for a recurrent policy also the state: it
+        takes the ``state`` from the previous call (None: zeros) and ``episode_start`` (bool per
+        observation: zero the state first; None: no new episode) and returns ``(actions, state)``."""
+        if not self.recurrent:
+            return super().act(obs, greedy)
+        check_bool("greedy", greedy)
+        obs, batch_shape = self._batch_of_observations(obs)
+        batch = obs.shape[0]
+        state = self.model.initial_state(batch, self.device) if state is None else state.to(self.device)
+        if state.shape != (self.model.num_state, batch, self.model.core_size):
+            raise ValueError(
+                f"state must have shape {(self.model.num_state, batch, self.model.core_size)} for {batch} "
+                f"observations, got {tuple(state.shape)}"
+            )
+        if episode_start is None:
+            episode_start = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        episode_start = torch.as_tensor(episode_start, device=self.device).reshape(batch).bool()
+        if self.obs_normalizer is not None:
+            obs = self.obs_normalizer(obs)
+        actions, params, state = self.model.act(obs, state, episode_start, greedy)
+        self.check_finite_outputs(params, "policy's outputs")
+        return actions.reshape((*batch_shape, *self.action_shape)), state
+
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
+        if self.recurrent:  # one step from a zero state (use act with a state for more)
+            return self.act(obs, greedy)[0]
         if self.obs_normalizer is not None:
             obs = self.obs_normalizer(obs)
         params = self.model.actor(obs)

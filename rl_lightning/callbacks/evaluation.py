@@ -65,8 +65,10 @@ def evaluate_policy(
     returns = torch.zeros(num_episodes, device=envs.device)
     lengths = torch.zeros(num_episodes, device=envs.device)
     running = torch.ones(num_episodes, dtype=torch.bool, device=envs.device)
+    starts = torch.ones(num_episodes, dtype=torch.bool, device=envs.device)
     for _ in range(max_episode_steps):
-        obs, rewards, terminated, truncated, _ = envs.step(torch.as_tensor(act(obs), device=envs.device))
+        obs, rewards, terminated, truncated, _ = envs.step(torch.as_tensor(act(obs, starts), device=envs.device))
+        starts = terminated | truncated
         returns += rewards * running
         lengths += running
         running &= ~(terminated | truncated)
@@ -75,15 +77,16 @@ def evaluate_policy(
     return EvalResult(returns, lengths)
 
 
-def _greedy(policy: Any) -> Callable[[Tensor], Tensor]:
-    act = getattr(policy, "act", None)
-    if act is not None and callable(act):
-        return lambda obs: act(obs, greedy=True)
+def _greedy(policy: Any) -> Callable[..., Tensor]:
+    """``act(obs, episode_start)``: a module's greedy actor (carrying a recurrent state), or a callable."""
+    greedy_actor = getattr(policy, "greedy_actor", None)
+    if callable(greedy_actor):
+        return greedy_actor()
     if not callable(policy):
         raise TypeError(
             f"policy must be an rl_lightning module or a callable obs -> actions, got {type(policy).__name__}"
         )
-    return policy
+    return lambda obs, episode_start=None: policy(obs)
 
 
 def _evaluate_gymnasium(
@@ -93,8 +96,8 @@ def _evaluate_gymnasium(
     returns, lengths = torch.zeros(num_episodes), torch.zeros(num_episodes)
     for episode in range(num_episodes):
         obs, _ = env.reset(seed=seed if episode == 0 else None)
-        for _ in range(max_episode_steps):
-            action = act(torch.as_tensor(np.asarray(obs)).unsqueeze(0))
+        for step in range(max_episode_steps):
+            action = act(torch.as_tensor(np.asarray(obs)).unsqueeze(0), torch.tensor([step == 0]))
             action = torch.as_tensor(action).squeeze(0).cpu().numpy()
             obs, reward, terminated, truncated, _ = env.step(action.item() if action.ndim == 0 else action)
             returns[episode] += float(reward)
@@ -150,7 +153,7 @@ class Evaluation(L.Callback):
         pl_module.eval()
         seed = self.seed + trainer.global_rank * self.num_eval_episodes  # no two envs share a seed
         result = evaluate_policy(
-            lambda obs: pl_module.act(obs, greedy=True),
+            pl_module,
             pl_module.make_envs(self.num_eval_episodes, seed),
             seed=seed,
             max_episode_steps=self.max_episode_steps,

@@ -33,11 +33,14 @@ def greedy_rollout(pl_module: RLModuleProtocol, num_envs: int, num_steps: int, s
     """
     envs = pl_module.make_envs(num_envs, seed)
     obs, _ = envs.reset()
+    actor = pl_module.greedy_actor()  # carries a recurrent policy's state
     all_obs, all_dones = [], []
+    done = torch.ones(num_envs, dtype=torch.bool, device=obs.device)
     for _ in range(num_steps):
-        next_obs, _, terminated, truncated, _ = envs.step(pl_module.act(obs, greedy=True))
+        next_obs, _, terminated, truncated, _ = envs.step(actor(obs, done))
+        done = terminated | truncated
         all_obs.append(obs)
-        all_dones.append(terminated | truncated)
+        all_dones.append(done)
         obs = next_obs
     return torch.stack(all_obs, dim=1), torch.stack(all_dones, dim=1)
 
@@ -62,12 +65,14 @@ def greedy_frames(
         if not envs.can_render:
             raise NotImplementedError(f"{type(envs).__name__} cannot render its frames")
         obs, _ = envs.reset()
-        frames, dones = [], []
+        actor = pl_module.greedy_actor()
+        frames, dones = [], [torch.ones(num_envs, dtype=torch.bool, device=obs.device)]
         for t in range(num_steps):
             if t % frame_stride == 0:
                 frames.append(_shrink(envs.render(), max_side))
-            obs, _, terminated, truncated, _ = envs.step(pl_module.act(obs, greedy=True))
+            obs, _, terminated, truncated, _ = envs.step(actor(obs, dones[-1]))
             dones.append(terminated | truncated)
+        dones = dones[1:]
     finally:
         envs.close()
     return torch.stack(frames, dim=1), torch.stack(dones, dim=1).cpu()

@@ -230,7 +230,7 @@ class ActorCriticSource(EnvSource):
             # V of every step's final observation in one batched pass; used only where an
             # episode was truncated (elsewhere it is the next value, or the episode terminated).
             normalize = self.obs_normalizer
-            final_values = self.model.value(final_obs if normalize is None else normalize(final_obs))
+            final_values = self._final_values(final_obs if normalize is None else normalize(final_obs))
         raw = RolloutTensors(raw_obs, actions, logprobs, rewards, dones[:, 1:])
         self.episodes.update(raw.rewards, raw.dones)  # raw rewards: the real episode returns
         if self.reward_scaler is not None:
@@ -253,6 +253,10 @@ class ActorCriticSource(EnvSource):
         self.last_collect_seconds = time.perf_counter() - start
         return self.last_rollout
 
+    def _final_values(self, final_obs: Tensor) -> Tensor:
+        """V of every step's final observation ``(num_envs, num_steps, *obs_shape)``."""
+        return self.model.value(final_obs)
+
     @torch.inference_mode()
     def _play(self) -> tuple[list[tuple[Tensor, ...]], list[Tensor], Tensor, Tensor]:
         """The per-step tensors of one rollout, the episode-start flags, and the last obs and value."""
@@ -274,3 +278,123 @@ class ActorCriticSource(EnvSource):
         model.train(was_training)
         self._obs, self._starts = raw_obs, starts[-1]
         return steps, starts, last_obs, last_value
+
+
+class RecurrentPPOBatch(NamedTuple):
+    """A minibatch of whole env sequences, each field ``(batch_envs, num_steps, ...)``, with the
+    recurrent state each sequence started from and where its episodes start."""
+
+    obs: Tensor
+    actions: Tensor
+    logprobs: Tensor
+    values: Tensor
+    advantages: Tensor
+    returns: Tensor
+    states: Tensor  # (num_state, batch_envs, core_size): the state before the rollout's first step
+    episode_starts: Tensor  # bool (batch_envs, num_steps): the state is zeroed before these steps
+
+
+class RecurrentActorCriticSource(ActorCriticSource):
+    """``ActorCriticSource`` for a :class:`~rl_lightning.nets.RecurrentActorCritic`: the state is carried
+    across env steps (zeroed where an episode starts), the state at every step is kept (the seed's
+    ``states``, one step longer than the rewards), and a minibatch is a group of envs with their
+    whole sequences, replayed in training from their stored initial state with the same masking,
+    so the first update's log-probabilities equal the recorded ones. ``num_minibatches`` must
+    divide ``num_envs``."""
+
+    def __init__(self, envs: VectorEnv, model: Any, num_steps: int, num_minibatches: int = 4, **kwargs: Any):
+        if envs.num_envs % num_minibatches != 0:
+            raise ValueError(
+                f"num_minibatches ({num_minibatches}) must divide num_envs ({envs.num_envs}): a recurrent "
+                "policy trains on groups of whole env sequences"
+            )
+        super().__init__(envs, model, num_steps, num_minibatches=num_minibatches, **kwargs)
+        self.minibatch_size = envs.num_envs // num_minibatches
+        #: The live recurrent state of every env, and the state at every step of the newest rollout.
+        self.state = model.initial_state(envs.num_envs, self.device)
+        self.last_states: Tensor | None = None  # (num_envs, num_steps + 1, num_state, core_size)
+
+    def reset_envs(self) -> Tensor:
+        self.state = self.state.zero_() if self.state is not None else None
+        return super().reset_envs()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "state": self.state.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.envs.restorable:
+            self.state = state["state"].to(self.device)
+        else:
+            self.state.zero_()
+
+    @torch.inference_mode()
+    def _play(self) -> tuple[list[tuple[Tensor, ...]], list[Tensor], Tensor, Tensor]:
+        model, step, generator, normalize = self.model, self.envs.step, self.generator, self.obs_normalizer
+        raw_obs, state = self.obs, self.state
+        starts = [self._starts]
+        states = [state]
+        steps: list[tuple[Tensor, ...]] = []
+        was_training = model.training
+        model.eval()
+        for _ in range(self.num_steps):
+            obs = raw_obs if normalize is None else normalize(raw_obs)
+            actions, logprobs, values, state = model.sample(obs, state, starts[-1], generator)
+            next_obs, rewards, terminated, truncated, info = step(actions)
+            steps.append((raw_obs, obs, actions, logprobs, values, rewards, terminated, info["final_observation"]))
+            starts.append(terminated | truncated)
+            states.append(state)
+            raw_obs = next_obs
+        last_obs = raw_obs if normalize is None else normalize(raw_obs)
+        last_value = model.value(last_obs, state, starts[-1])
+        model.train(was_training)
+        self._obs, self._starts, self.state = raw_obs, starts[-1], state
+        self._step_states = states
+        return steps, starts, last_obs, last_value
+
+    def _final_values(self, final_obs: Tensor) -> Tensor:
+        # V(final obs of step t) from the state after step t: the episode's memory, not reset.
+        states = torch.stack(self._step_states[1:], dim=2)  # (num_state, num_envs, num_steps, core)
+        self.last_states = torch.stack(self._step_states, dim=1).transpose(0, 2)  # (envs, steps + 1, state, core)
+        num_envs, num_steps = final_obs.shape[:2]
+        flat_states = states.flatten(1, 2)
+        no_start = torch.zeros(num_envs * num_steps, dtype=torch.bool, device=self.device)
+        values = self.model.value(final_obs.flatten(0, 1), flat_states, no_start)
+        return values.view(num_envs, num_steps)
+
+    def _prepare_rollout(self) -> None:
+        rollout = self.collect()
+        advantages = compute_gae(
+            rollout.rewards,
+            rollout.values,
+            rollout.dones,
+            self.gamma,
+            self.gae_lambda,
+            terminated=rollout.terminated,
+            final_values=rollout.final_values,
+        )
+        self.last_advantages = advantages
+        values = rollout.values[:, :-1]
+        self._entries = {
+            "obs": rollout.obs[:, :-1],
+            "actions": rollout.actions,
+            "logprobs": rollout.logprobs,
+            "values": values,
+            "advantages": advantages,
+            "returns": advantages + values,
+            "states": self.last_states[:, 0].transpose(0, 1).contiguous(),  # (num_state, num_envs, core)
+            "episode_starts": rollout.dones[:, :-1],
+        }
+        self._indices = shuffled_minibatches(
+            self.envs.num_envs, self.minibatch_size, self.minibatches_per_rollout, self.generator
+        )
+
+    def next_batch(self) -> RecurrentPPOBatch:
+        if self._entries is None or self.minibatch_in_rollout + 1 >= self.minibatches_per_rollout:
+            self._prepare_rollout()
+            self.minibatch_in_rollout = 0
+        else:
+            self.minibatch_in_rollout += 1
+        indices = self._indices[self.minibatch_in_rollout]
+        fields = {name: field.index_select(0, indices) for name, field in self._entries.items() if name != "states"}
+        return RecurrentPPOBatch(**fields, states=self._entries["states"].index_select(1, indices))

@@ -2,7 +2,7 @@
 
 from rl_lightning.envs.acrobot import Acrobot
 from rl_lightning.envs.base import VectorEnv
-from rl_lightning.envs.cartpole import CartPole
+from rl_lightning.envs.cartpole import CartPole, CartPoleNoVel
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
 from rl_lightning.envs.mountain_car import MountainCar, MountainCarContinuous
 from rl_lightning.envs.pendulum import Pendulum
@@ -10,6 +10,7 @@ from rl_lightning.envs.probes import (
     ContinuousProbe1,
     ContinuousProbe2,
     ImageProbe5,
+    MemoryProbe,
     Probe1,
     Probe2,
     Probe3,
@@ -20,6 +21,8 @@ from rl_lightning.envs.registry import make_envs, register, registered_env_ids
 
 register("CartPole-v1", CartPole)
 register("CartPole-gpu", CartPole)  # the seeds' name, kept as an alias
+register("CartPoleNoVel-v1", CartPoleNoVel)
+register("MemoryProbe-v0", MemoryProbe)
 register("Acrobot-v1", Acrobot)
 register("MountainCar-v0", MountainCar)
 register("MountainCarContinuous-v0", MountainCarContinuous)
@@ -30,10 +33,12 @@ for _probe in (Probe1, Probe2, Probe3, Probe4, Probe5, ContinuousProbe1, Continu
 __all__ = [
     "Acrobot",
     "CartPole",
+    "CartPoleNoVel",
     "ContinuousProbe1",
     "ContinuousProbe2",
     "GymnasiumVectorEnv",
     "ImageProbe5",
+    "MemoryProbe",
     "MountainCar",
     "MountainCarContinuous",
     "Pendulum",

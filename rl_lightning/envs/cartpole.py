@@ -8,6 +8,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.vector.utils import batch_space
 from torch import Tensor
 
 from rl_lightning.envs.base import VectorEnv
@@ -186,3 +187,25 @@ class CartPole(VectorEnv):
         from rl_lightning.envs.render import draw_cartpole
 
         return draw_cartpole(obs)
+
+
+class CartPoleNoVel(CartPole):
+    """CartPole-v1 without the two velocities in the observation, ``(x, theta)``: partially observed,
+    as in sb3-contrib's recurrent benchmarks (``CartPoleNoVel-v1``). A policy must infer the
+    velocities from what it saw before: feed-forward policies do poorly, recurrent ones solve it."""
+
+    def __init__(self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu", **kwargs: Any):
+        super().__init__(num_envs, seed, device, **kwargs)
+        high = np.array([X_THRESHOLD * 2, THETA_THRESHOLD * 2], dtype=np.float32)
+        self.single_observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.obs_shape = (2,)
+
+    def _obs(self, state: Tensor, private: bool = False) -> Tensor:
+        return state[0::2].T.to(torch.float32, copy=True)  # (x, theta), never aliasing the state
+
+    def draw(self, obs: Tensor) -> Tensor:
+        from rl_lightning.envs.render import draw_cartpole
+
+        zeros = torch.zeros_like(obs[..., :1])
+        return draw_cartpole(torch.cat([obs[..., :1], zeros, obs[..., 1:], zeros], dim=-1))

@@ -10,8 +10,11 @@ CartPole-v1 whose observation is an RGB frame drawn by our torch rasteriser (no 
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib
 import warnings
+import weakref
 from typing import Any
 
 import gymnasium as gym
@@ -70,6 +73,13 @@ def _unsupported(env_id: str, which: str, space: gym.Space, allowed: str) -> Val
         f"{env_id!r} has an unsupported {which} space {space!r} ({type(space).__name__}): "
         f"GymnasiumVectorEnv supports {allowed} (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
     )
+
+
+def _close_quietly(reference: weakref.ref) -> None:
+    envs = reference()
+    if envs is not None:
+        with contextlib.suppress(Exception):
+            envs.close()
 
 
 class GymnasiumVectorEnv(VectorEnv):
@@ -164,6 +174,10 @@ class GymnasiumVectorEnv(VectorEnv):
         self.can_render = render
         self._on_cpu = self.device.type == "cpu"
         self._needs_reset = True
+        if vectorization_mode == "async":
+            # Subprocesses left running at interpreter exit hang it (a broken pipe in a worker):
+            # close them first, unless closed before.
+            atexit.register(_close_quietly, weakref.ref(self))
 
     def _convert_observation_space(self, env_id: str, space: gym.Space) -> None:
         """Set ``single_observation_space`` (our form) and how to convert gymnasium's obs."""
@@ -296,7 +310,8 @@ class GymnasiumVectorEnv(VectorEnv):
 
     def close(self) -> None:
         """Close gymnasium's vector env (and its subprocesses in ``"async"`` mode)."""
-        self.gymnasium_envs.close()
+        if not self.gymnasium_envs.closed:
+            self.gymnasium_envs.close()
 
     def state_dict(self) -> dict[str, Any]:
         """What can be saved: env id, ``num_envs``, the private generator; ``"restorable": False``

@@ -41,6 +41,7 @@ import torch
 from gymnasium.vector.utils import batch_space
 from torch import Tensor
 
+from rl_lightning._checks import check_int
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.render import draw_probe
 
@@ -225,3 +226,58 @@ class ImageProbe5(Probe5):
 
     def draw(self, obs: Tensor) -> Tensor:
         return obs.detach().to("cpu", torch.uint8).clone()
+
+
+class MemoryProbe(VectorEnv):
+    """A cue to remember: at the first step the observation shows a cue of -1 or +1 (random), then
+    ``delay`` steps show 0; at the last step (the second observation entry says it is the last) the
+    action must name the cue: +1 for action 1 after a +1 cue (0 after -1), else -1. Rewards are 0
+    before. Optimal return 1; a policy without memory sees the same observations whatever the cue,
+    so it cannot beat chance (expected return 0).
+
+    Observation ``(cue or 0, 1 at the last step else 0)``; two actions; episodes of ``delay + 2``
+    steps, ending by termination.
+    """
+
+    render_fps = 4
+    _state_attributes = ("_cue", "_t")
+
+    def __init__(self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu", delay: int = 3):
+        self.delay = check_int("delay", delay, 0)
+        self.single_observation_space = gym.spaces.Box(
+            np.array([-1.0, 0.0], dtype=np.float32), np.array([1.0, 1.0], dtype=np.float32)
+        )
+        self.single_action_space = gym.spaces.Discrete(2)
+        super().__init__(num_envs, seed, device)
+        self._cue = torch.zeros(num_envs, device=self.device)
+        self._t = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+
+    @property
+    def episode_length(self) -> int:
+        return self.delay + 2
+
+    def _observe(self) -> Tensor:
+        cue = torch.where(self._t == 0, self._cue, 0.0)
+        return torch.stack([cue, (self._t == self.episode_length - 1).float()], dim=1)
+
+    def _new_cues(self, count: int) -> Tensor:
+        return torch.where(torch.rand(count, generator=self.generator, device=self.device) < 0.5, 1.0, -1.0)
+
+    def _reset_all(self) -> Tensor:
+        self._cue = self._new_cues(self.num_envs)
+        self._t.zero_()
+        return self._observe()
+
+    def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
+        last = self._t == self.episode_length - 1
+        right = actions.long() == (self._cue > 0).long()
+        reward = torch.where(last, torch.where(right, 1.0, -1.0), 0.0)
+        self._t = self._t + 1
+        terminated = last
+        final_obs = self._observe()
+        self._cue = torch.where(terminated, self._new_cues(self.num_envs), self._cue)
+        self._t = torch.where(terminated, 0, self._t)
+        return self._observe(), reward, terminated, torch.zeros_like(terminated), {"final_observation": final_obs}
+
+    def draw(self, obs: Tensor) -> Tensor:
+        return draw_probe(obs[..., :1])

@@ -15,6 +15,8 @@ NUM_ENVS = 8
 RANDOM_ENV_IDS = {
     "CartPole-v1",
     "CartPole-gpu",
+    "CartPoleNoVel-v1",
+    "MemoryProbe-v0",
     "Acrobot-v1",
     "MountainCar-v0",
     "MountainCarContinuous-v0",
