@@ -3,12 +3,20 @@ import torch
 from torch import nn
 
 from rl_lightning.losses import (
+    compute_approx_kl,
+    compute_clip_fraction,
+    compute_explained_variance,
+    compute_gae,
     compute_importance_weights,
     compute_logprobs,
+    compute_ppo_loss,
+    compute_ppo_policy_loss,
+    compute_ppo_value_loss,
     compute_reinforce_loss,
     compute_returns,
     compute_td_loss,
     compute_td_target,
+    normalize_advantages,
     normalize_returns,
 )
 
@@ -117,3 +125,88 @@ def test_td_loss_mse_and_huber():
     assert compute_td_loss(q, target, "huber").item() == pytest.approx((0.5 + 2.5) / 2)
     with pytest.raises(ValueError, match="loss must be"):
         compute_td_loss(q, target, "l1")
+
+
+# -- PPO ----------------------------------------------------------------------------------------
+
+
+def _seed_advantages(rews, values, dones, gamma, lam):
+    """The seeds' rollout.py ``Rollout.advantages``, verbatim on its [num_steps x batch] layout."""
+    import numpy as np
+
+    num_steps, batch_size = rews.shape
+    result = np.zeros([num_steps, batch_size], dtype=np.float32)
+    current = np.zeros([batch_size], dtype=np.float32)
+    for t in range(num_steps - 1, -1, -1):
+        delta = rews[t] - values[t]
+        delta += (1 - dones[t + 1]) * gamma * values[t + 1]
+        current *= gamma * lam
+        current += delta
+        result[t] = current
+        current *= 1 - dones[t]
+    return result
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_compute_gae_equals_the_seeds_advantages_on_its_convention(seed):
+    generator = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(5, 12, generator=generator)
+    values = torch.randn(5, 13, generator=generator)
+    dones = torch.rand(5, 13, generator=generator) < 0.25
+    ours = compute_gae(rewards, values, dones, gamma=0.97, lam=0.9)
+    seeds = _seed_advantages(rewards.T.numpy(), values.T.numpy(), dones.T.float().numpy(), 0.97, 0.9)
+    torch.testing.assert_close(ours, torch.from_numpy(seeds).T, rtol=1e-5, atol=1e-5)
+
+
+def test_compute_gae_by_hand_with_a_truncation_and_a_termination():
+    """One env, 4 steps, gamma 0.5, lam 1: step 1 ends an episode by truncation (bootstrap from the
+    final observation's value 8, not 0 and not V(s2) = 100), step 3 by termination (bootstrap 0)."""
+    rewards = torch.tensor([[1.0, 1.0, 1.0, 1.0]])
+    values = torch.tensor([[2.0, 2.0, 100.0, 4.0, 50.0]])
+    dones = torch.tensor([[True, False, True, False, True]])  # obs t starts an episode
+    terminated = torch.tensor([[False, False, False, True]])
+    final_values = torch.tensor([[0.0, 8.0, 0.0, 0.0]])
+    advantages = compute_gae(rewards, values, dones, 0.5, 1.0, terminated=terminated, final_values=final_values)
+    # delta: [1 + 0.5*2 - 2, 1 + 0.5*8 - 2, 1 + 0.5*4 - 100, 1 + 0 - 4] = [0, 3, -97, -3]
+    # A_3 = -3; A_2 = -97 + 0.5 * -3; A_1 = 3 (trace cut); A_0 = 0 + 0.5 * 3
+    assert advantages.tolist() == [[1.5, 3.0, -98.5, -3.0]]
+    # the seed's convention treats the truncation as terminal: delta_1 = 1 - 2 = -1
+    assert compute_gae(rewards, values, dones, 0.5, 1.0).tolist() == [[-0.5, -1.0, -98.5, -3.0]]
+    with pytest.raises(ValueError, match="num_steps \\+ 1"):
+        compute_gae(rewards, values[:, :-1], dones, 0.5, 1.0)
+    with pytest.raises(ValueError, match="go together"):
+        compute_gae(rewards, values, dones, 0.5, 1.0, terminated=terminated)
+
+
+def test_ppo_policy_loss_clips_the_ratio_by_hand():
+    # ratios e^0 = 1, e^0.5 = 1.65 (clipped to 1.2 for a positive advantage), e^-0.5 = 0.61 (to 0.8)
+    logprobs = torch.tensor([0.0, 0.5, -0.5, -0.5])
+    old = torch.zeros(4)
+    advantages = torch.tensor([1.0, 1.0, 1.0, -1.0])
+    ratio = torch.exp(logprobs)
+    # per entry max(-A r, -A clip(r)): [-1, -1.2, -0.6065, 0.8]
+    expected = torch.stack([-ratio[0], -torch.tensor(1.2), -ratio[2], torch.tensor(0.8)]).mean()
+    torch.testing.assert_close(compute_ppo_policy_loss(logprobs, old, advantages, 0.2), expected)
+
+
+def test_ppo_value_loss_with_and_without_clipping_by_hand():
+    values, old, returns = torch.tensor([3.0, 0.0]), torch.tensor([1.0, 0.0]), torch.tensor([2.0, 1.0])
+    assert compute_ppo_value_loss(values, old, returns).item() == pytest.approx(0.5 * (1 + 1) / 2)
+    # clipped to old +- 0.5: [1.5, 0.0]; errors max((1, 1), (0.25, 1)) = (1, 1)
+    assert compute_ppo_value_loss(values, old, returns, clip_coef=0.5).item() == pytest.approx(0.5)
+    values = torch.tensor([1.2, 0.0])  # inside the clip: the same as unclipped
+    assert compute_ppo_value_loss(values, old, returns, 0.5).item() == pytest.approx(0.5 * (0.64 + 1) / 2)
+
+
+def test_ppo_loss_kl_clipfrac_explained_variance_and_advantage_normalisation_by_hand():
+    loss = compute_ppo_loss(torch.tensor(1.0), torch.tensor(2.0), torch.tensor([0.5, 1.5]), vf_coef=0.5, ent_coef=0.1)
+    assert loss.item() == pytest.approx(1.0 + 0.5 * 2.0 - 0.1 * 1.0)
+    log_ratio = torch.tensor([0.1, -0.2])
+    expected_kl = ((torch.exp(log_ratio) - 1) - log_ratio).mean()
+    torch.testing.assert_close(compute_approx_kl(log_ratio, torch.zeros(2)), expected_kl)
+    assert compute_clip_fraction(torch.tensor([0.0, 0.3, -0.3, 0.1]), torch.zeros(4), 0.2).item() == 0.5
+    returns = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert compute_explained_variance(returns, returns).item() == 1.0
+    assert compute_explained_variance(torch.full((4,), 2.5), returns).item() == 0.0
+    normalized = normalize_advantages(torch.tensor([1.0, 2.0, 3.0]))
+    torch.testing.assert_close(normalized, torch.tensor([-1.0, 0.0, 1.0]), atol=1e-6, rtol=0)

@@ -48,13 +48,16 @@ from rl_lightning.seeding import derive_seed
 
 _SUPPORTED_PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed")
 
-# Lightning warns about two things our data sources do on purpose: they define __len__ (with a
+# Lightning warns about things our modules do on purpose: the data sources define __len__ (with a
 # length Lightning does not prefetch, which keeps on-policy data on-policy; they run in the main
-# process, so its multi-worker caveat does not apply), and on-policy epochs can be shorter than
-# log_every_n_steps (their charts are logged per epoch). Silenced during fit only.
+# process, so its multi-worker caveat does not apply), on-policy epochs can be shorter than
+# log_every_n_steps (their charts are logged per epoch), and validation is empty during fit.
+# Silenced during fit only.
 _EXPECTED_WARNINGS = (
     r"Your `IterableDataset` has `__len__` defined",
     r"The number of training batches \(\d+\) is smaller than the logging interval",
+    # val_dataloader is empty during fit on purpose (greedy evaluation is the Evaluation callback's)
+    r"Total length of `list` across ranks is zero",
 )
 
 
