@@ -200,8 +200,16 @@ class ActorCriticSource(EnvSource):
             final_values=rollout.final_values,
         )
         self.last_advantages = advantages
+        self._entries = self._training_entries(rollout, advantages)
+        num_entries = len(self._entries["advantages"])
+        self._indices = shuffled_minibatches(
+            num_entries, self.minibatch_size, self.minibatches_per_rollout, self.generator
+        )
+
+    def _training_entries(self, rollout: ActorCriticRolloutTensors, advantages: Tensor) -> dict[str, Tensor]:
+        """What minibatches are cut from: one entry per ``(env, t)``."""
         values = rollout.values[:, :-1]
-        self._entries = {
+        return {
             "obs": rollout.obs[:, :-1].flatten(0, 1),
             "actions": rollout.actions.flatten(0, 1),
             "logprobs": rollout.logprobs.flatten(),
@@ -209,9 +217,6 @@ class ActorCriticSource(EnvSource):
             "advantages": advantages.flatten(),
             "returns": (advantages + values).flatten(),
         }
-        self._indices = shuffled_minibatches(
-            values.numel(), self.minibatch_size, self.minibatches_per_rollout, self.generator
-        )
 
     def collect(self) -> ActorCriticRolloutTensors:
         """Step every env ``num_steps`` times with actions sampled from the current policy."""
@@ -362,20 +367,10 @@ class RecurrentActorCriticSource(ActorCriticSource):
         values = self.model.value(final_obs.flatten(0, 1), flat_states, no_start)
         return values.view(num_envs, num_steps)
 
-    def _prepare_rollout(self) -> None:
-        rollout = self.collect()
-        advantages = compute_gae(
-            rollout.rewards,
-            rollout.values,
-            rollout.dones,
-            self.gamma,
-            self.gae_lambda,
-            terminated=rollout.terminated,
-            final_values=rollout.final_values,
-        )
-        self.last_advantages = advantages
+    def _training_entries(self, rollout: ActorCriticRolloutTensors, advantages: Tensor) -> dict[str, Tensor]:
+        """One entry per env: its whole sequence, its initial state and where its episodes start."""
         values = rollout.values[:, :-1]
-        self._entries = {
+        return {
             "obs": rollout.obs[:, :-1],
             "actions": rollout.actions,
             "logprobs": rollout.logprobs,
@@ -385,9 +380,6 @@ class RecurrentActorCriticSource(ActorCriticSource):
             "states": self.last_states[:, 0].transpose(0, 1).contiguous(),  # (num_state, num_envs, core)
             "episode_starts": rollout.dones[:, :-1],
         }
-        self._indices = shuffled_minibatches(
-            self.envs.num_envs, self.minibatch_size, self.minibatches_per_rollout, self.generator
-        )
 
     def next_batch(self) -> RecurrentPPOBatch:
         if self._entries is None or self.minibatch_in_rollout + 1 >= self.minibatches_per_rollout:
