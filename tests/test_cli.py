@@ -246,7 +246,7 @@ def test_ckpt_path_last_resumes_the_newest_run(tmp_path):
 
 @pytest.mark.parametrize("config_path", PPO_CONFIGS, ids=lambda path: path.stem)
 def test_each_ppo_config_fits_a_few_updates(config_path, tmp_path):
-    """configs/ppo_{cartpole,acrobot,pendulum}.yaml parse, build their env and train (2 rollouts)."""
+    """configs/ppo_{cartpole,acrobot,pendulum,cartpole_novel}.yaml parse, build their env and train (2 rollouts)."""
     config = yaml.safe_load(config_path.read_text())
     args = config["model"]["init_args"]
     updates = args["update_epochs"] * args["num_minibatches"]
@@ -263,4 +263,4 @@ def test_each_ppo_config_fits_a_few_updates(config_path, tmp_path):
     )
     assert cli.model.hparams.env_id == args["env_id"]
     assert cli.model.env_steps == 2 * args["num_envs"] * args["num_steps_per_rollout"]
-    assert len(PPO_CONFIGS) == 3
+    assert len(PPO_CONFIGS) == 4

@@ -19,6 +19,7 @@ A subclass implements ``make_source`` (its data source over the envs), ``policy_
 from __future__ import annotations
 
 import copy
+import math
 import time
 import warnings
 from collections.abc import Callable
@@ -161,9 +162,15 @@ class RLModule(L.LightningModule):
         minibatches share its value): the clock of per-update schedules such as the LR's."""
         return self.source.env_steps_before_batch if self.source is not None else self._start_env_steps
 
+    #: Training steps that share one collection of data (a rollout's batches; 1 for replay).
+    training_steps_per_collection: int = 1
+
     def planned_env_steps(self, optimizer_steps: int) -> int:
-        """Env steps (all processes) of a run of ``optimizer_steps`` optimizer steps, warm-up included."""
-        return self.warmup_env_steps() + round(optimizer_steps * self.env_steps_per_training_step)
+        """Env steps (all processes) of a run of ``optimizer_steps`` optimizer steps, warm-up included
+        (whole rollouts: a run that stops within one has collected all of it)."""
+        per_collection = self.training_steps_per_collection
+        collections = math.ceil(optimizer_steps / per_collection)
+        return self.warmup_env_steps() + round(collections * per_collection * self.env_steps_per_training_step)
 
     # -- envs and data -------------------------------------------------------------------
 

@@ -76,7 +76,8 @@ class PPOModule(RLModule):
         normalize_obs: normalise observations with running statistics (saved in checkpoints,
             identical on every rank).
         normalize_rewards: scale rewards by the running std of the discounted return.
-        shared_encoder: one encoder for actor and critic; else separate ones.
+        shared_encoder: one encoder for actor and critic; else separate ones (a recurrent policy
+            always shares its encoder and core).
         hidden_sizes: widths of the MLP encoders' hidden layers.
         activation: ``"tanh"`` or ``"relu"``.
         adam_eps: Adam's epsilon.
@@ -317,10 +318,13 @@ class PPOModule(RLModule):
         return head.mode(params) if greedy else head.sample(params)[0]
 
     @property
+    def training_steps_per_collection(self) -> int:
+        return self.hparams.update_epochs * self.hparams.num_minibatches
+
+    @property
     def env_steps_per_training_step(self) -> float:
         hp = self.hparams
-        rollout_steps = hp.num_envs * hp.num_steps_per_rollout * self.world_size
-        return rollout_steps / (hp.update_epochs * hp.num_minibatches)
+        return hp.num_envs * hp.num_steps_per_rollout * self.world_size / self.training_steps_per_collection
 
     def latest_rollout(self) -> RolloutTensors | None:
         return self.source.last_raw_rollout if self.source is not None else None

@@ -187,10 +187,13 @@ class VPGModule(RLModule):
         return head.mode(params) if greedy else head.sample(params)[0]
 
     @property
+    def training_steps_per_collection(self) -> int:
+        return self.hparams.num_batches_per_rollout * self.hparams.rollout_use_count
+
+    @property
     def env_steps_per_training_step(self) -> float:
         hp = self.hparams
-        rollout_steps = hp.num_envs * hp.num_steps_per_rollout * self.world_size
-        return rollout_steps / (hp.num_batches_per_rollout * hp.rollout_use_count)
+        return hp.num_envs * hp.num_steps_per_rollout * self.world_size / self.training_steps_per_collection
 
     def latest_rollout(self) -> RolloutTensors | None:
         return self.source.last_rollout if self.source is not None else None
