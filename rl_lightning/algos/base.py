@@ -348,9 +348,9 @@ class RLModule(L.LightningModule):
         (``self.log`` costs ~1 ms a call, more than a whole PPO minibatch update)."""
         if not self.log_per_epoch:
             for name, value in metrics.items():
-                self.log(name, value, on_step=True, on_epoch=False, prog_bar=name in prog_bar)
+                self.log(name, value, on_step=True, on_epoch=False, prog_bar=name in prog_bar, batch_size=1)
             # Lightning writes a logged "step" as the x-axis: every RL curve is against env steps.
-            self.log("step", float(self.env_steps), on_step=True, on_epoch=False)
+            self.log("step", float(self.env_steps), on_step=True, on_epoch=False, batch_size=1)
             return
         for name, value in metrics.items():
             total, count = self._epoch_metrics.get(name, (0.0, 0))
@@ -360,10 +360,10 @@ class RLModule(L.LightningModule):
         self._check_numerics(outputs)
         if batch_idx + 1 >= self.trainer.num_training_batches:  # the epoch's last batch
             for name, (total, count) in self._epoch_metrics.items():
-                self.log(name, total / count, on_step=False, on_epoch=True)
+                self.log(name, total / count, on_step=False, on_epoch=True, batch_size=1)
             self._epoch_metrics.clear()
             # The x-axis of everything written at the epoch's end (charts, evaluation): env steps.
-            self.log("step", float(self.env_steps), on_step=False, on_epoch=True, reduce_fx="max")
+            self.log("step", float(self.env_steps), on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
 
     def log_charts(self) -> None:
         """The charts of every algorithm: episodic return and length (the episodes that finished
@@ -391,7 +391,7 @@ class RLModule(L.LightningModule):
             ("return", "charts/episodic_return"),
         ):
             if key in metrics:
-                self.log(name, metrics[key], prog_bar=True, logger=False, on_step=True, on_epoch=False)
+                self.log(name, metrics[key], prog_bar=True, logger=False, on_step=True, on_epoch=False, batch_size=1)
 
     # -- optimisation ---------------------------------------------------------------------
 

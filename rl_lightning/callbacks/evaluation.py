@@ -190,7 +190,9 @@ class Evaluation(L.Callback):
         self.evaluate(trainer, pl_module)
         self._next_eval_at = pl_module.env_steps + self.every_n_env_steps
         for name, value in self.last_metrics.items():
-            pl_module.log(name, value, on_step=False, on_epoch=True, prog_bar=name == "eval/episodic_return")
+            pl_module.log(
+                name, value, on_step=False, on_epoch=True, prog_bar=name == "eval/episodic_return", batch_size=1
+            )
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._evaluated_at == pl_module.env_steps:
