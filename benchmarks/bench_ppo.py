@@ -20,12 +20,10 @@ gym 0.22) and predates the ppo.py described here, so CleanRL's ppo.py is reprodu
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
-import math
 import os
-import platform
 import random
-import statistics
 import sys
 import time
 import warnings
@@ -39,29 +37,35 @@ import lightning as L
 import numpy as np
 import torch
 import yaml
+from _time_to_solve import (  # benchmarks/_time_to_solve.py: the protocol and report shared with bench_recurrent
+    EVAL_EPISODES,
+    EVAL_SEED,
+    Protocol,
+    Run,
+    Task,
+    fit_until_solved,
+    machine_line,
+    report,
+    run_interleaved,
+)
 from torch import Tensor, nn
 from torch.distributions import Categorical
 
 from rl_lightning import PPOModule
-from rl_lightning.callbacks.evaluation import evaluate_policy
 
-EVAL_EPISODES = 32  # as the Evaluation callback of the configs
-EVAL_SEED = 4242
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 OURS = "rl_lightning PPOModule"
 
 
-class _Task(NamedTuple):
-    env_id: str
-    threshold: float  # greedy mean return that counts as solved
-    eval_every: int  # env steps between evaluations
-    config: str  # the PPOModule config
-
-
 TASKS = {
-    "CartPole-v1": _Task("CartPole-v1", 475.0, 2_048, "ppo_cartpole.yaml"),
-    "Acrobot-v1": _Task("Acrobot-v1", -100.0, 8_192, "ppo_acrobot.yaml"),
-    "Pendulum-v1": _Task("Pendulum-v1", -200.0, 8_192, "ppo_pendulum.yaml"),
+    "CartPole-v1": Task("CartPole-v1", 475.0, 2_048),
+    "Acrobot-v1": Task("Acrobot-v1", -100.0, 8_192),
+    "Pendulum-v1": Task("Pendulum-v1", -200.0, 8_192),
+}
+CONFIG_FILES = {
+    "CartPole-v1": "ppo_cartpole.yaml",
+    "Acrobot-v1": "ppo_acrobot.yaml",
+    "Pendulum-v1": "ppo_pendulum.yaml",
 }
 
 
@@ -116,112 +120,24 @@ ZOO_PPO = {
 }
 
 
-class _Run(NamedTuple):
-    library: str
-    seed: int
-    solved: bool
-    wall: float  # training seconds to the solving evaluation (evaluation excluded); inf if unsolved
-    cpu: float  # the same in process CPU seconds
-    env_steps: int  # at the solving evaluation, else all the budget's
-    setup: float  # seconds from building the run to the start of training (not in wall)
-    best_return: float  # the best greedy evaluation's mean return
-    throughput: float  # env steps per training CPU second (updates included), up to the stop
-
-
-class _Protocol:
-    """The evaluation schedule, evaluator and pausable clock, the same for every library."""
-
-    def __init__(self, task: _Task):
-        self.task = task
-        self.built = time.perf_counter()
-        self.setup = math.nan
-        self.wall = self.cpu = 0.0
-        self.paused_wall = self.paused_cpu = 0.0
-        self.next_eval = task.eval_every
-        self.solved: tuple[float, float, int] | None = None  # wall, cpu, env steps
-        self.returns: list[float] = []
-
-    def start(self) -> None:
-        """Training starts now."""
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
-        self.setup = self.wall - self.built
-
-    def elapsed(self) -> tuple[float, float]:
-        return (
-            time.perf_counter() - self.wall - self.paused_wall,
-            time.process_time() - self.cpu - self.paused_cpu,
-        )
-
-    def after_update(self, env_steps: int, act: Callable[[Tensor], Tensor]) -> bool:
-        """Called after each rollout's updates: evaluate ``act`` (obs -> greedy actions) if an
-        evaluation is due; True once solved."""
-        if self.solved is not None:
-            return True
-        if env_steps < self.next_eval:
-            return False
-        while self.next_eval <= env_steps:
-            self.next_eval += self.task.eval_every
-        elapsed = self.elapsed()
-        wall, cpu = time.perf_counter(), time.process_time()
-        mean_return = evaluate_policy(act, self.task.env_id, EVAL_EPISODES, EVAL_SEED).returns.mean().item()
-        self.paused_wall += time.perf_counter() - wall
-        self.paused_cpu += time.process_time() - cpu
-        self.returns.append(mean_return)
-        if mean_return >= self.task.threshold:
-            self.solved = (*elapsed, env_steps)
-        return self.solved is not None
-
-    def result(self, library: str, seed: int, env_steps: int) -> _Run:
-        """The run's row; ``env_steps``: all the run took (used if unsolved)."""
-        best = max(self.returns, default=-math.inf)
-        if self.solved is None:
-            throughput = env_steps / self.elapsed()[1]
-            return _Run(library, seed, False, math.inf, math.inf, env_steps, self.setup, best, throughput)
-        wall, cpu, solved_steps = self.solved
-        return _Run(library, seed, True, wall, cpu, solved_steps, self.setup, best, solved_steps / cpu)
-
-
 # -- rl_lightning ------------------------------------------------------------------------------
 
 
-def load_config(task: _Task) -> tuple[dict[str, Any], int]:
+def load_config(task: Task) -> tuple[dict[str, Any], int]:
     """The config's PPOModule init_args and Trainer max_steps."""
-    config = yaml.safe_load((CONFIGS / task.config).read_text())
+    config = yaml.safe_load((CONFIGS / CONFIG_FILES[task.env_id]).read_text())
     return config["model"]["init_args"], config["trainer"]["max_steps"]
 
 
-class _StopWhenSolved(L.Callback):
-    def __init__(self, protocol: _Protocol):
-        self.protocol = protocol
-
-    def on_train_start(self, trainer, pl_module):
-        self.protocol.start()
-
-    def on_train_epoch_end(self, trainer, pl_module):  # an epoch = one rollout and its updates
-        if self.protocol.after_update(pl_module.env_steps, lambda obs: pl_module.act(obs, greedy=True)):
-            trainer.should_stop = True
-
-
-def run_rl_lightning(task: _Task, seed: int) -> _Run:
-    protocol = _Protocol(task)
+def run_rl_lightning(task: Task, seed: int) -> Run:
     init_args, max_steps = load_config(task)
-    module = PPOModule(**{**init_args, "seed": seed})
-    trainer = L.Trainer(
-        max_steps=max_steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[_StopWhenSolved(protocol)],
-    )
-    trainer.fit(module)
-    return protocol.result(OURS, seed, module.env_steps)
+    return fit_until_solved(task, lambda: PPOModule(**{**init_args, "seed": seed}), max_steps, OURS, seed)
 
 
 # -- Stable-Baselines3 ---------------------------------------------------------------------------
 
 
-def run_sb3(task: _Task, seed: int) -> _Run:
+def run_sb3(task: Task, seed: int) -> Run:
     """SB3 PPO with the zoo's settings for ``task``; evaluated when a rollout starts (= after the
     previous rollout's updates) and when training ends (after the last one)."""
     from stable_baselines3 import PPO
@@ -229,7 +145,7 @@ def run_sb3(task: _Task, seed: int) -> _Run:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
-    protocol = _Protocol(task)
+    protocol = Protocol(task)
     zoo = ZOO_PPO[task.env_id]
     envs = make_vec_env(task.env_id, n_envs=zoo.n_envs, seed=seed)
     # The zoo's `normalize: true`: VecNormalize of observations and rewards with the algorithm's gamma.
@@ -248,13 +164,13 @@ def run_sb3(task: _Task, seed: int) -> _Run:
             protocol.start()
 
         def _on_rollout_start(self) -> None:
-            protocol.after_update(self.num_timesteps, act)
+            protocol.after_update(self.num_timesteps, lambda: act)
 
         def _on_step(self) -> bool:
             return protocol.solved is None
 
         def _on_training_end(self) -> None:
-            protocol.after_update(self.num_timesteps, act)
+            protocol.after_update(self.num_timesteps, lambda: act)
 
     model.learn(total_timesteps=zoo.n_timesteps, callback=StopWhenSolved())
     return protocol.result("SB3 PPO (RL-Zoo)", seed, model.num_timesteps)
@@ -330,14 +246,14 @@ def _make_cleanrl_env(env_id: str) -> Callable[[], gym.Env]:
     return thunk
 
 
-def run_cleanrl(task: _Task, seed: int, args: CleanRLArgs | None = None) -> _Run:
+def run_cleanrl(task: Task, seed: int, args: CleanRLArgs | None = None) -> Run:
     """CleanRL's ppo.py (gymnasium version) line by line, without its TensorBoard writer and prints;
     evaluated at the end of each iteration (a rollout and its updates)."""
     args = args or CleanRLArgs()
     batch_size = args.num_envs * args.num_steps
     minibatch_size = batch_size // args.num_minibatches
     num_iterations = args.total_timesteps // batch_size
-    protocol = _Protocol(task)
+    protocol = Protocol(task)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -453,92 +369,13 @@ def run_cleanrl(task: _Task, seed: int, args: CleanRLArgs | None = None) -> _Run
         var_y = np.var(y_true)
         _explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        if protocol.after_update(global_step, act):
+        if protocol.after_update(global_step, lambda: act):
             break
     envs.close()
     return protocol.result("CleanRL ppo.py (reproduced)", seed, global_step)
 
 
-# -- the report ------------------------------------------------------------------------------------
-
-
-def _median(values: list[float]) -> float:
-    """The median, an unsolved seed (inf) counting as slower than every solved one."""
-    return statistics.median(values) if values else math.nan
-
-
-def _seconds(value: float) -> str:
-    return "unsolved" if math.isinf(value) else f"{value:.1f}"
-
-
-def _ratio(value: float, ours: float) -> str:
-    if math.isnan(value) or math.isnan(ours):
-        return "n/a"
-    if math.isinf(ours):
-        return "n/a (ours unsolved)"
-    return "inf (unsolved)" if math.isinf(value) else f"{value / ours:.2f}x"
-
-
 GOALS = {"CartPole-v1": 5.0, "Acrobot-v1": 3.0, "Pendulum-v1": 3.0}  # SB3 median / ours at least this
-
-
-class _Medians(NamedTuple):
-    wall: float
-    cpu: float
-    env_steps: float  # over the solved seeds
-    throughput: float
-
-
-def env_report(task: _Task, runs: list[_Run]) -> list[str]:
-    lines = [
-        f"## {task.env_id}: greedy mean return >= {task.threshold:g} "
-        f"({EVAL_EPISODES} episodes every {task.eval_every:,} env steps)",
-        "",
-        "| library | seed | solved | wall s | CPU s | env steps | env steps / CPU s | setup s | best greedy return |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for run in runs:
-        lines.append(
-            f"| {run.library} | {run.seed} | {'yes' if run.solved else '**no**'} | {_seconds(run.wall)} | "
-            f"{_seconds(run.cpu)} | {run.env_steps:,} | {run.throughput:,.0f} | {run.setup:.2f} | "
-            f"{run.best_return:.1f} |"
-        )
-    medians: dict[str, _Medians] = {}
-    for library in dict.fromkeys(run.library for run in runs):
-        mine = [run for run in runs if run.library == library]
-        median = medians[library] = _Medians(
-            _median([r.wall for r in mine]),
-            _median([r.cpu for r in mine]),
-            _median([r.env_steps for r in mine if r.solved]),
-            _median([r.throughput for r in mine]),
-        )
-        lines.append(
-            f"| **{library}** | median | {sum(r.solved for r in mine)}/{len(mine)} | **{_seconds(median.wall)}** | "
-            f"**{_seconds(median.cpu)}** | {median.env_steps:,.0f} (solved) | {median.throughput:,.0f} | "
-            f"{_median([r.setup for r in mine]):.2f} | |"
-        )
-    lines.append("")
-    ours = medians.get(OURS)
-    if ours is None:
-        return lines
-    for library, median in medians.items():
-        if library != OURS:
-            lines.append(
-                f"- {library} median / rl_lightning median: wall **{_ratio(median.wall, ours.wall)}**, "
-                f"CPU **{_ratio(median.cpu, ours.cpu)}** (env steps to solve "
-                f"{_ratio(median.env_steps, ours.env_steps)}, env steps per CPU s "
-                f"{_ratio(median.throughput, ours.throughput)})"
-            )
-    sb3 = medians.get("SB3 PPO (RL-Zoo)")
-    if sb3 is not None:
-        goal = GOALS[task.env_id]
-        all_solved = all(r.solved for r in runs if r.library == OURS)
-        met = all_solved and sb3.wall / ours.wall >= goal and sb3.cpu / ours.cpu >= goal
-        lines.append(
-            f"- Goal (rl_lightning at most 1/{goal:g} of SB3's median time, wall and CPU, every seed solved): "
-            f"**{'met' if met else 'not met'}**"
-        )
-    return [*lines, ""]
 
 
 def settings_report(env_ids: list[str]) -> list[str]:
@@ -554,7 +391,8 @@ def settings_report(env_ids: list[str]) -> list[str]:
         zoo = ZOO_PPO[env_id]
         zoo_args = {k: (f"lin_{v(1.0):g}" if callable(v) else v) for k, v in zoo.ppo_kwargs.items()}
         lines += [
-            f"- **{env_id}**: rl_lightning `configs/{task.config}` (max_steps {max_steps:,} = {budget:,} env steps; "
+            f"- **{env_id}**: rl_lightning `configs/{CONFIG_FILES[env_id]}` (max_steps {max_steps:,} = "
+            f"{budget:,} env steps; "
             f"differs from the PPOModule defaults in `{changed}`). SB3: n_envs {zoo.n_envs}, "
             f"n_timesteps {zoo.n_timesteps:,}, normalize {zoo.normalize}, `{zoo_args}`, the rest SB3's defaults.",
         ]
@@ -592,30 +430,25 @@ def main() -> None:
         runners = [(run_rl_lightning, args.seeds), (run_sb3, args.sb3_seeds)]
         if env_id == "CartPole-v1":
             runners.append((run_cleanrl, args.cleanrl_seeds))
-        runs: dict[Callable, list[_Run]] = {runner: [] for runner, _ in runners}
-        for seed in range(1, max(count for _, count in runners) + 1):  # interleaved
-            for runner, count in runners:
-                if seed <= count:
-                    runs[runner].append(runner(task, seed))
-                    print(env_id, runs[runner][-1], flush=True)
-        sections += env_report(task, [run for library_runs in runs.values() for run in library_runs])
+        runs = run_interleaved([(functools.partial(runner, task), count) for runner, count in runners], env_id)
+        sections += report(task, runs, OURS, {"SB3 PPO (RL-Zoo)": GOALS[env_id]})
     total_minutes = (time.perf_counter() - started) / 60
 
-    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
-        platform.processor() or platform.machine(),
-    )
     command = " ".join(["python benchmarks/bench_ppo.py", *sys.argv[1:]])
     lines = [
         "# PPO: time to a greedy-evaluation threshold, rl_lightning vs Stable-Baselines3 vs CleanRL",
         "",
         f"Command: `{command}` (the whole run: {total_minutes:.1f} min)",
         "",
-        f"Machine: {cpu}, {os.cpu_count()} cores, 1 torch thread; torch {torch.__version__}, lightning "
-        f"{L.__version__}, stable-baselines3 {stable_baselines3.__version__}, gymnasium {gym.__version__}; "
-        f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
-        "(other jobs share the cores).",
+        machine_line(
+            {
+                "torch": torch.__version__,
+                "lightning": L.__version__,
+                "stable-baselines3": stable_baselines3.__version__,
+                "gymnasium": gym.__version__,
+            },
+            load_before,
+        ),
         "",
         f"Protocol, the same for every library: after each rollout and its updates, once N more env steps have "
         f"passed, a greedy evaluation of {EVAL_EPISODES} episodes (argmax / the mean action, clipped by the env) "

@@ -25,32 +25,36 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
-import platform
-import statistics
 import sys
 import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium as gym
 import lightning as L
 import numpy as np
 import torch
 import yaml
+from _time_to_solve import (  # benchmarks/_time_to_solve.py: the protocol and report shared with bench_ppo
+    EVAL_EPISODES,
+    EVAL_SEED,
+    Protocol,
+    Run,
+    Task,
+    fit_until_solved,
+    machine_line,
+    report,
+    run_interleaved,
+)
 from torch import Tensor, nn
 
 from rl_lightning import PPOModule
-from rl_lightning.callbacks.evaluation import evaluate_policy
 
 ENV_ID = "CartPoleNoVel-v1"
-THRESHOLD = 475.0  # greedy mean return that counts as solved
-EVAL_EVERY = 4_096  # env steps between evaluations
-EVAL_EPISODES = 32  # as the Evaluation callback of the config
-EVAL_SEED = 4242
+TASK = Task(ENV_ID, 475.0, 4_096)  # greedy mean return that counts as solved, env steps between evaluations
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ppo_cartpole_novel.yaml"
 OURS = "rl_lightning PPOModule (LSTM)"
 THEIRS = "sb3-contrib RecurrentPPO (RL-Zoo)"
@@ -86,70 +90,6 @@ ZOO_KWARGS: dict[str, Any] = dict(
 )
 
 
-class _Run(NamedTuple):
-    library: str
-    seed: int
-    solved: bool
-    wall: float  # training seconds to the solving evaluation (evaluations excluded); inf if unsolved
-    cpu: float  # the same in process CPU seconds
-    env_steps: int  # at the solving evaluation, else all the budget's
-    setup: float  # seconds from building the run to the start of training (not in wall)
-    best_return: float  # the best greedy evaluation's mean return
-    throughput: float  # env steps per training CPU second (updates included), up to the stop
-
-
-class _Protocol:
-    """The evaluation schedule, evaluator and pausable clock, the same for both libraries."""
-
-    def __init__(self) -> None:
-        self.built = time.perf_counter()
-        self.setup = math.nan
-        self.wall = self.cpu = 0.0
-        self.paused_wall = self.paused_cpu = 0.0
-        self.next_eval = EVAL_EVERY
-        self.solved: tuple[float, float, int] | None = None  # wall, cpu, env steps
-        self.returns: list[float] = []
-
-    def start(self) -> None:
-        """Training starts now."""
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
-        self.setup = self.wall - self.built
-
-    def elapsed(self) -> tuple[float, float]:
-        return (
-            time.perf_counter() - self.wall - self.paused_wall,
-            time.process_time() - self.cpu - self.paused_cpu,
-        )
-
-    def after_update(self, env_steps: int, policy: Callable[[], Any]) -> bool:
-        """Called after each rollout's updates: evaluate ``policy()`` (a module, or a fresh stateful
-        callable obs -> greedy actions) if an evaluation is due; True once solved."""
-        if self.solved is not None:
-            return True
-        if env_steps < self.next_eval:
-            return False
-        while self.next_eval <= env_steps:
-            self.next_eval += EVAL_EVERY
-        elapsed = self.elapsed()
-        wall, cpu = time.perf_counter(), time.process_time()
-        mean_return = evaluate_policy(policy(), ENV_ID, EVAL_EPISODES, EVAL_SEED).returns.mean().item()
-        self.paused_wall += time.perf_counter() - wall
-        self.paused_cpu += time.process_time() - cpu
-        self.returns.append(mean_return)
-        if mean_return >= THRESHOLD:
-            self.solved = (*elapsed, env_steps)
-        return self.solved is not None
-
-    def result(self, library: str, seed: int, env_steps: int) -> _Run:
-        """The run's row; ``env_steps``: all the run took (used if unsolved)."""
-        best = max(self.returns, default=-math.inf)
-        if self.solved is None:
-            throughput = env_steps / self.elapsed()[1]
-            return _Run(library, seed, False, math.inf, math.inf, env_steps, self.setup, best, throughput)
-        wall, cpu, solved_steps = self.solved
-        return _Run(library, seed, True, wall, cpu, solved_steps, self.setup, best, solved_steps / cpu)
-
-
 # -- rl_lightning ------------------------------------------------------------------------------
 
 
@@ -159,36 +99,15 @@ def load_config(path: Path = CONFIG) -> tuple[dict[str, Any], int]:
     return config["model"]["init_args"], config["trainer"]["max_steps"]
 
 
-class _StopWhenSolved(L.Callback):
-    def __init__(self, protocol: _Protocol):
-        self.protocol = protocol
-
-    def on_train_start(self, trainer, pl_module):
-        self.protocol.start()
-
-    def on_train_epoch_end(self, trainer, pl_module):  # an epoch = one rollout and its updates
-        # The module itself: evaluate_policy plays its greedy_actor, which carries the LSTM state.
-        if self.protocol.after_update(pl_module.env_steps, lambda: pl_module):
-            trainer.should_stop = True
-
-
-def run_rl_lightning(seed: int, init_args: dict[str, Any] | None = None, max_steps: int | None = None) -> _Run:
+def run_rl_lightning(seed: int, init_args: dict[str, Any] | None = None, max_steps: int | None = None) -> Run:
     """PPOModule with the config's settings (or ``init_args`` / ``max_steps``) and ``seed``."""
     if init_args is None or max_steps is None:
         config_args, config_steps = load_config()
         init_args, max_steps = init_args or config_args, max_steps or config_steps
-    protocol = _Protocol()
-    module = PPOModule(**{**init_args, "seed": seed})
-    trainer = L.Trainer(
-        max_steps=max_steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[_StopWhenSolved(protocol)],
+    # The module itself is evaluated: evaluate_policy plays its greedy_actor, which carries the LSTM state.
+    return fit_until_solved(
+        TASK, lambda: PPOModule(**{**init_args, "seed": seed}), max_steps, OURS, seed, policy=lambda module: module
     )
-    trainer.fit(module)
-    return protocol.result(OURS, seed, module.env_steps)
 
 
 # -- sb3-contrib ---------------------------------------------------------------------------------
@@ -230,7 +149,7 @@ class _RecurrentGreedy:
         return torch.as_tensor(actions)
 
 
-def run_sb3_contrib(seed: int) -> _Run:
+def run_sb3_contrib(seed: int) -> Run:
     """RecurrentPPO with the zoo's settings; evaluated when a rollout starts (= after the previous
     rollout's updates) and when training ends (after the last one)."""
     from sb3_contrib import RecurrentPPO
@@ -238,7 +157,7 @@ def run_sb3_contrib(seed: int) -> _Run:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
-    protocol = _Protocol()
+    protocol = Protocol(TASK)
     envs = make_vec_env("CartPole-v1", n_envs=ZOO_N_ENVS, seed=seed, wrapper_class=NoVelocity)
     # The zoo's `normalize: True`: VecNormalize of observations and rewards with the algorithm's gamma.
     normalizer = VecNormalize(envs, gamma=ZOO_KWARGS["gamma"]) if ZOO_NORMALIZE else None
@@ -262,75 +181,6 @@ def run_sb3_contrib(seed: int) -> _Run:
 
 
 # -- the report ------------------------------------------------------------------------------------
-
-
-def _median(values: list[float]) -> float:
-    """The median, an unsolved seed (inf) counting as slower than every solved one."""
-    return statistics.median(values) if values else math.nan
-
-
-def _seconds(value: float) -> str:
-    return "unsolved" if math.isinf(value) else f"{value:.1f}"
-
-
-def _ratio(value: float, ours: float) -> str:
-    if math.isnan(value) or math.isnan(ours):
-        return "n/a"
-    if math.isinf(ours):
-        return "n/a (ours unsolved)"
-    return "inf (unsolved)" if math.isinf(value) else f"{value / ours:.2f}x"
-
-
-class _Medians(NamedTuple):
-    wall: float
-    cpu: float
-    env_steps: float  # over the solved seeds
-    throughput: float
-
-
-def report(runs: list[_Run]) -> list[str]:
-    lines = [
-        f"## {ENV_ID}: greedy mean return >= {THRESHOLD:g} ({EVAL_EPISODES} episodes every {EVAL_EVERY:,} env steps)",
-        "",
-        "| library | seed | solved | wall s | CPU s | env steps | env steps / CPU s | setup s | best greedy return |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for run in runs:
-        lines.append(
-            f"| {run.library} | {run.seed} | {'yes' if run.solved else '**no**'} | {_seconds(run.wall)} | "
-            f"{_seconds(run.cpu)} | {run.env_steps:,} | {run.throughput:,.0f} | {run.setup:.2f} | "
-            f"{run.best_return:.1f} |"
-        )
-    medians: dict[str, _Medians] = {}
-    for library in dict.fromkeys(run.library for run in runs):
-        mine = [run for run in runs if run.library == library]
-        median = medians[library] = _Medians(
-            _median([r.wall for r in mine]),
-            _median([r.cpu for r in mine]),
-            _median([r.env_steps for r in mine if r.solved]),
-            _median([r.throughput for r in mine]),
-        )
-        lines.append(
-            f"| **{library}** | median | {sum(r.solved for r in mine)}/{len(mine)} | **{_seconds(median.wall)}** | "
-            f"**{_seconds(median.cpu)}** | {median.env_steps:,.0f} (solved) | {median.throughput:,.0f} | "
-            f"{_median([r.setup for r in mine]):.2f} | |"
-        )
-    lines.append("")
-    ours, theirs = medians.get(OURS), medians.get(THEIRS)
-    if ours is not None and theirs is not None:
-        lines.append(
-            f"- {THEIRS} median / rl_lightning median: wall **{_ratio(theirs.wall, ours.wall)}**, "
-            f"CPU **{_ratio(theirs.cpu, ours.cpu)}** (env steps to solve "
-            f"{_ratio(theirs.env_steps, ours.env_steps)}, env steps per CPU s "
-            f"{_ratio(theirs.throughput, ours.throughput)})"
-        )
-        all_solved = all(r.solved for r in runs if r.library == OURS)
-        met = all_solved and theirs.wall / ours.wall >= GOAL and theirs.cpu / ours.cpu >= GOAL
-        lines.append(
-            f"- Goal (rl_lightning at most 1/{GOAL:g} of RecurrentPPO's median time, wall and CPU, every seed "
-            f"solved): **{'met' if met else 'not met'}**"
-        )
-    return [*lines, ""]
 
 
 def settings_report() -> list[str]:
@@ -377,35 +227,27 @@ def main() -> None:
 
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    runners: list[tuple[Callable[[int], _Run], int]] = [
-        (run_rl_lightning, args.seeds),
-        (run_sb3_contrib, args.sb3_seeds),
-    ]
-    runs: dict[Callable, list[_Run]] = {runner: [] for runner, _ in runners}
-    for seed in range(1, max(count for _, count in runners) + 1):  # interleaved
-        for runner, count in runners:
-            if seed <= count:
-                runs[runner].append(runner(seed))
-                print(runs[runner][-1], flush=True)
+    runs = run_interleaved([(run_rl_lightning, args.seeds), (run_sb3_contrib, args.sb3_seeds)])
     total_minutes = (time.perf_counter() - started) / 60
 
-    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
-        platform.processor() or platform.machine(),
-    )
     command = " ".join(["python benchmarks/bench_recurrent.py", *sys.argv[1:]])
     lines = [
         "# Recurrent PPO: time to a greedy-evaluation threshold on CartPoleNoVel-v1, rl_lightning vs sb3-contrib",
         "",
         f"Command: `{command}` (the whole run: {total_minutes:.1f} min)",
         "",
-        f"Machine: {cpu}, {os.cpu_count()} cores, 1 torch thread; torch {torch.__version__}, lightning "
-        f"{L.__version__}, stable-baselines3 {stable_baselines3.__version__}, sb3-contrib {sb3_contrib.__version__}, "
-        f"gymnasium {gym.__version__}; load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at "
-        "the end (other jobs share the cores).",
+        machine_line(
+            {
+                "torch": torch.__version__,
+                "lightning": L.__version__,
+                "stable-baselines3": stable_baselines3.__version__,
+                "sb3-contrib": sb3_contrib.__version__,
+                "gymnasium": gym.__version__,
+            },
+            load_before,
+        ),
         "",
-        f"Protocol, the same for both libraries: after each rollout and its updates, once {EVAL_EVERY:,} more env "
+        f"Protocol, the same for both libraries: after each rollout and its updates, once {TASK.eval_every:,} more env "
         f"steps have passed, a greedy evaluation of {EVAL_EPISODES} episodes (argmax) on a separate native torch "
         f"`{ENV_ID}` with seed {EVAL_SEED} (`rl_lightning.callbacks.evaluate_policy`: the same start states for "
         "both; one episode per env in lock-step, the recurrent state carried from step to step: rl_lightning's "
@@ -417,7 +259,7 @@ def main() -> None:
         "training, not in wall. Medians count an unsolved seed as infinitely slow. Budgets: rl_lightning the "
         "config's max_steps, RecurrentPPO the zoo's n_timesteps.",
         "",
-        *report([run for library_runs in runs.values() for run in library_runs]),
+        *report(TASK, runs, OURS, {THEIRS: GOAL}),
         *settings_report(),
     ]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
