@@ -69,7 +69,7 @@ class DQNModule(RLModule):
         exploration_fraction: part of the run's env steps over which epsilon decays linearly.
         double_dqn: pick the next action with ``q_network`` and value it with ``target_network``.
         loss: ``"mse"`` or ``"huber"``.
-        seed: network init (same on every rank); env seed ``seed + global_rank``.
+        seed: network init (same on every rank); env seed ``seed + global_rank * num_envs``.
         hidden_sizes: hidden layer widths of the Q-network.
         checkpoint_buffer: save the replay buffer in checkpoints (``buffer_size`` x 45 bytes for
             CartPole, per process). Without it a resumed run refills the buffer from scratch

@@ -88,8 +88,8 @@ class PPOModule(RLModule):
             (``num_minibatches`` must divide ``num_envs``). ``act`` then takes and returns the state.
             None: a feed-forward policy.
         core_size: the recurrent core's hidden size.
-        seed: seeds the network init (identical on every rank), the envs (``seed + rank``),
-            action sampling and minibatch shuffling.
+        seed: seeds the network init (identical on every rank), the envs (``seed + rank *
+            num_envs``: no two ranks share env seeds), action sampling and minibatch shuffling.
         network: your own encoder (observations -> features) for the actor (the critic gets a
             copy, or shares it); None: an MLP (a CNN for image observations). Not saved in
             checkpoints' hyper-parameters: pass it again to ``load_from_checkpoint``.

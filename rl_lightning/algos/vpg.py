@@ -60,8 +60,8 @@ class VPGModule(RLModule):
         lr_frac: fraction of the run's env steps over which the decay happens.
         hidden_sizes: widths of the policy MLP's hidden layers.
         adam_eps: Adam's epsilon.
-        seed: seeds the network init (identical on every rank), the envs (``seed + rank``) and
-            action sampling.
+        seed: seeds the network init (identical on every rank), the envs (``seed + rank *
+            num_envs``: no two ranks share env seeds) and action sampling.
         network: your own encoder (observations -> features; the policy head is added); None:
             an MLP of ``hidden_sizes`` (a CNN for image observations). Not saved in checkpoints'
             hyper-parameters: pass it again to ``load_from_checkpoint``.
