@@ -15,6 +15,7 @@ greedy evaluation (32 episodes) >= 475, evaluation time excluded.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
@@ -26,6 +27,7 @@ import torch
 from rl_lightning import DQNModule, PPOModule, VPGModule
 from rl_lightning.callbacks.evaluation import evaluate_policy
 from rl_lightning.envs import make_envs
+from rl_lightning.envs.fused import FusedCartPole
 
 ENV_IDS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1")
 
@@ -48,6 +50,21 @@ def env_step_time(env_id: str, num_envs: int, device: torch.device, steps: int) 
         envs.step(envs.random_actions(generator))
     _sync(device)
     return (time.perf_counter() - start) / steps
+
+
+def fused_step_time(num_envs: int, device: torch.device, repeats: int = 5) -> float:
+    """Seconds per vector step of FusedCartPole: 100 compiled steps per CUDA-graph launch."""
+    on_gpu = device.type == "cuda"
+    envs = FusedCartPole(num_envs, seed=0, device=device, horizon=100, compile=on_gpu, graph=on_gpu)
+    envs.run()
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        envs.run()
+        _sync(device)
+        times.append((time.perf_counter() - start) / envs.horizon)
+    return statistics.median(times)
 
 
 def gymnax_step_time(num_envs: int, scan_steps: int = 100, repeats: int = 5) -> float | None:
@@ -79,6 +96,10 @@ def gymnax_step_time(num_envs: int, scan_steps: int = 100, repeats: int = 5) -> 
         jax.block_until_ready(carry)
         times.append((time.perf_counter() - start) / scan_steps)
     return statistics.median(times)
+
+
+# configs/ppo_cartpole.yaml (its other arguments are PPOModule's defaults).
+_PPO_TUNED = dict(num_envs=32, num_steps_per_rollout=32, num_minibatches=1, activation="relu", seed=1)
 
 
 class _SolveClock(L.Callback):
@@ -116,7 +137,9 @@ def solve_time(module: L.LightningModule, accelerator: str, precision: str, max_
         callbacks=[clock],
     )
     trainer.fit(module)
-    return clock.solved
+    if clock.solved is None:
+        return float("nan"), module.env_steps, trainer.global_step
+    return (*clock.solved, trainer.global_step)
 
 
 def main() -> None:
@@ -128,6 +151,7 @@ def main() -> None:
     torch.set_num_threads(1)
     device = torch.device(args.device)
     sizes = (4096, 65536) if args.quick else (4096, 65536, 2**20, 2**24)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     lines = [
         f"Machine: {torch.cuda.get_device_name() if device.type == 'cuda' else platform.processor() or 'cpu'}; "
         f"torch {torch.__version__}, lightning {L.__version__}",
@@ -136,40 +160,80 @@ def main() -> None:
         "",
         "## Env throughput (random actions, no host sync in the loop)",
         "",
-        "| env | num_envs | us per vector step | env steps/s |",
-        "|---|---:|---:|---:|",
+        "Eager: `make_envs(env_id, n, device=...)`, one `step` per Python call, exact (gymnasium's",
+        "dynamics and reset stream). Fused: `rl_lightning.envs.fused.FusedCartPole`, the same dynamics",
+        "compiled by torch.compile and 100 steps per CUDA-graph launch (random numbers from a counter hash).",
+        "",
+        "| env | path | num_envs | us per vector step | env steps/s |",
+        "|---|---|---:|---:|---:|",
     ]
     for env_id in ENV_IDS if not args.quick else ENV_IDS[:2]:
         for num_envs in sizes:
             seconds = env_step_time(env_id, num_envs, device, steps=20 if num_envs >= 2**20 else 100)
-            lines.append(f"| {env_id} | {num_envs:,} | {seconds * 1e6:,.1f} | {num_envs / seconds:.3g} |")
+            lines.append(f"| {env_id} | eager | {num_envs:,} | {seconds * 1e6:,.1f} | {num_envs / seconds:.3g} |")
             print(lines[-1], flush=True)
-    gymnax_rows = [(n, gymnax_step_time(n)) for n in sizes] if device.type == "cuda" else []
+            args.out.write_text("\n".join(lines) + "\n")
+    for num_envs in sizes:
+        seconds = fused_step_time(num_envs, device)
+        lines.append(f"| CartPole-v1 | fused | {num_envs:,} | {seconds * 1e6:,.1f} | {num_envs / seconds:.3g} |")
+        print(lines[-1], flush=True)
+    try:
+        gymnax_rows = [(n, gymnax_step_time(n)) for n in sizes] if device.type == "cuda" else []
+    except Exception as error:  # JAX present but failing: report it, measure the rest
+        print(f"gymnax failed: {type(error).__name__}: {error}", flush=True)
+        gymnax_rows = []
     if any(seconds is not None for _, seconds in gymnax_rows):
         lines += ["", "gymnax CartPole-v1 (jit(vmap(step)) in a lax.scan of 100 steps):", ""]
         lines += ["| num_envs | us per vector step | env steps/s |", "|---:|---:|---:|"]
         lines += [f"| {n:,} | {s * 1e6:,.1f} | {n / s:.3g} |" for n, s in gymnax_rows if s is not None]
+        print("\n".join(lines[-len(gymnax_rows) :]), flush=True)
     lines += ["", "## Time to solve CartPole-v1 (greedy >= 475, evaluation excluded)", ""]
     lines += ["| algorithm | setting | device | precision | seconds | env steps |", "|---|---|---|---|---:|---:|"]
+    cpu_threads = os.cpu_count() or 1
+    # (algorithm, setting, module, max_steps, evaluate every n env steps, CPU threads, bf16 row)
     runs = [
-        ("VPG", "defaults", lambda: VPGModule(seed=1), 50, 16_000),
-        ("VPG", "2048 envs", lambda: VPGModule(num_envs=2048, num_steps_per_rollout=200, seed=1), 50, 409_600),
-        ("PPO", "defaults", lambda: PPOModule(seed=1), 3200, 2048),
-        ("PPO", "1024 envs", lambda: PPOModule(num_envs=1024, num_steps_per_rollout=16, seed=1), 800, 16_384),
-        ("DQN", "defaults", lambda: DQNModule(seed=0), 5000, 4000),
+        ("VPG", "defaults", lambda: VPGModule(seed=1), 50, 16_000, 1, True),
+        (
+            "VPG",
+            "2048 envs",
+            lambda: VPGModule(num_envs=2048, num_steps_per_rollout=200, seed=1),
+            50,
+            409_600,
+            cpu_threads,
+            True,
+        ),
+        ("PPO", "defaults", lambda: PPOModule(seed=1), 3200, 2048, 1, True),
+        ("PPO", "configs/ppo_cartpole.yaml", lambda: PPOModule(**_PPO_TUNED), 200, 2048, 1, True),
+        (
+            "PPO",
+            "1024 envs",
+            lambda: PPOModule(num_envs=1024, num_steps_per_rollout=16, seed=1),
+            800,
+            16_384,
+            cpu_threads,
+            True,
+        ),
+        ("DQN", "defaults", lambda: DQNModule(seed=0), 5000, 4000, 1, False),
     ]
-    devices = (
-        [("gpu", "32-true"), ("gpu", "bf16-mixed"), ("cpu", "32-true")]
-        if device.type == "cuda"
-        else [("cpu", "32-true")]
-    )
-    for name, setting, build, max_steps, every in runs if not args.quick else runs[:3]:
-        for where, precision in devices:
-            solved = solve_time(build(), where, precision, max_steps, every)
-            seconds, env_steps = solved if solved else (float("nan"), 0)
-            lines.append(f"| {name} | {setting} | {where} | {precision} | {seconds:.2f} | {env_steps:,} |")
+    lines += ["", "## Time to solve CartPole-v1 (greedy >= 475, evaluation excluded)", ""]
+    lines += [
+        f"CPU rows: the same machine's CPU, 1 torch thread for the small settings, {cpu_threads} for the large ones.",
+        "",
+        "| algorithm | setting | device | precision | seconds | env steps | updates | ms per update |",
+        "|---|---|---|---|---:|---:|---:|---:|",
+    ]
+    for name, setting, build, max_steps, every, threads, bf16 in runs if not args.quick else runs[:3]:
+        devices = [("gpu", "32-true")] + ([("gpu", "bf16-mixed")] if bf16 else []) + [("cpu", "32-true")]
+        for where, precision in devices if device.type == "cuda" else [("cpu", "32-true")]:
+            torch.set_num_threads(threads if where == "cpu" else 1)
+            try:
+                seconds, env_steps, updates = solve_time(build(), where, precision, max_steps, every)
+                row = f"{seconds:.2f} | {env_steps:,} | {updates:,} | {1e3 * seconds / max(updates, 1):.2f}"
+            except Exception as error:  # one failing row must not lose the others
+                row = f"error: {type(error).__name__}: {str(error)[:120]} | | |"
+            lines.append(f"| {name} | {setting} | {where} | {precision} | {row} |")
             print(lines[-1], flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text("\n".join(lines) + "\n")
     args.out.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
 

@@ -1,0 +1,204 @@
+"""Many CartPole steps per launch: the step as one pure function, compiled and graph-captured.
+
+:class:`~rl_lightning.envs.CartPole` is exact (gymnasium's dynamics and reset stream) but runs
+~20 kernels per step, each launched from Python: on a GPU that is ~100-500 us per vector step
+whatever the number of envs, far from what the hardware can do. :class:`FusedCartPole` runs the
+same dynamics, termination, truncation and auto-reset as one pure function of tensors, which
+``torch.compile`` fuses into a few kernels, and captures ``horizon`` consecutive steps (random
+actions included) in one CUDA graph: one launch per ``horizon`` steps, no host work in between.
+
+What differs from ``CartPole`` (and why it is not the default): random numbers (reset states and
+random actions) come from a counter-based hash of ``(seed, step, env)`` instead of the env's
+``torch.Generator`` (a generator cannot advance inside a replayed graph), so trajectories after
+the first reset differ from gymnasium's stream while following the same distribution; and only
+the carried state is kept (observations, rewards and dones of the inner steps are not stored).
+It measures and drives raw simulation throughput; training uses the exact env.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rl_lightning._checks import check_int, check_seed
+from rl_lightning.envs.base import resolve_device
+from rl_lightning.envs.cartpole import (
+    FORCE_MAG,
+    GRAVITY,
+    HALF_POLE_LENGTH,
+    MASS_POLE,
+    MAX_EPISODE_STEPS,
+    POLE_MASS_LENGTH,
+    RESET_BOUND,
+    TAU,
+    THETA_THRESHOLD,
+    TOTAL_MASS,
+    X_THRESHOLD,
+)
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix32(x: Tensor) -> Tensor:
+    """A 32-bit integer hash (Wellons' lowbias32) of int64 values in ``[0, 2**32)``: a bijection
+    with good avalanche, written in int64 ops so that it runs (and fuses) on any device."""
+    x = ((x ^ (x >> 16)) * 0x7FEB352D) & _MASK32
+    x = ((x ^ (x >> 15)) * 0x846CA68B) & _MASK32
+    return x ^ (x >> 16)
+
+
+def hash_uniform(key: Tensor, counter: Tensor, index: Tensor, channel: int) -> Tensor:
+    """Uniform float32 numbers in ``[0, 1)``, a pure function of ``(key, counter, index, channel)``.
+
+    Args:
+        key: int64 0-dim seed tensor.
+        counter: int64 0-dim step counter (a fresh stream per step).
+        index: int64 ``(n,)`` env indices.
+        channel: which of several numbers per env and step.
+
+    Returns:
+        float32 ``(n,)``: 24 random bits per number.
+    """
+    base = _mix32((key * 0x9E3779B9 + counter * 4 + channel) & _MASK32)
+    bits = _mix32((index * 0x85EBCA6B + base) & _MASK32)
+    return (bits >> 8).to(torch.float32) * (1.0 / (1 << 24))
+
+
+def cartpole_step(
+    state: Tensor, episode_steps: Tensor, actions: Tensor, reset_states: Tensor, max_episode_steps: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """One CartPole-v1 step of every env, with gymnasium's equations, as a pure function.
+
+    Args:
+        state: ``(4, n)`` (x, x_dot, theta, theta_dot), float32 or float64.
+        episode_steps: int32 or int64 ``(n,)`` steps taken in each current episode.
+        actions: integer ``(n,)`` in ``{0, 1}``.
+        reset_states: ``(4, n)`` start states for the envs whose episode ends on this step.
+        max_episode_steps: the time limit.
+
+    Returns:
+        ``(next_state, next_episode_steps, final_state, terminated, truncated)``: the state after
+        auto-reset, the episode clock after it, the state each env reached before any reset
+        (gymnasium's final observation), and the bool flags.
+    """
+    x, x_dot, theta, theta_dot = state.unbind(0)
+    force = torch.where(actions == 1, FORCE_MAG, -FORCE_MAG)
+    cos_theta, sin_theta = torch.cos(theta), torch.sin(theta)
+    temp = (force + POLE_MASS_LENGTH * theta_dot * theta_dot * sin_theta) / TOTAL_MASS
+    theta_acc = (GRAVITY * sin_theta - cos_theta * temp) / (
+        HALF_POLE_LENGTH * (4.0 / 3.0 - MASS_POLE * cos_theta * cos_theta / TOTAL_MASS)
+    )
+    x_acc = temp - POLE_MASS_LENGTH * theta_acc * cos_theta / TOTAL_MASS
+    final = torch.stack([x + TAU * x_dot, x_dot + TAU * x_acc, theta + TAU * theta_dot, theta_dot + TAU * theta_acc])
+    terminated = (final[0].abs() > X_THRESHOLD) | (final[2].abs() > THETA_THRESHOLD)
+    steps = episode_steps + 1
+    truncated = steps >= max_episode_steps
+    done = terminated | truncated
+    next_state = torch.where(done, reset_states, final)
+    return next_state, torch.where(done, 0, steps), final, terminated, truncated
+
+
+def _reset_states(key: Tensor, counter: Tensor, index: Tensor) -> Tensor:
+    """CartPole's start states ``(4, n)``, uniform in ``[-0.05, 0.05)``, from the hash stream."""
+    rows = [hash_uniform(key, counter, index, channel) for channel in range(4)]
+    return torch.stack(rows) * (2 * RESET_BOUND) - RESET_BOUND
+
+
+def _random_step(
+    state: Tensor,
+    episode_steps: Tensor,
+    episodes: Tensor,
+    counter: Tensor,
+    key: Tensor,
+    index: Tensor,
+    max_episode_steps: int,
+) -> None:
+    """One step with uniformly random actions, updating the carried tensors in place (a module
+    function, not a method, so that ``torch.compile`` guards on shapes only, not on an instance)."""
+    actions = (hash_uniform(key, counter, index, 4) < 0.5).to(torch.int64)
+    next_state, steps, _, terminated, truncated = cartpole_step(
+        state, episode_steps, actions, _reset_states(key, counter, index), max_episode_steps
+    )
+    state.copy_(next_state)
+    episode_steps.copy_(steps)
+    episodes.add_((terminated | truncated).sum())
+    counter.add_(1)
+
+
+class FusedCartPole:
+    """``num_envs`` CartPole-v1 copies advanced ``horizon`` steps per :meth:`run` call, with
+    random actions, as fused kernels in one CUDA graph (see the module docstring for how this
+    differs from :class:`~rl_lightning.envs.CartPole`).
+
+    Args:
+        num_envs: number of copies.
+        seed: seed of the counter-based random stream (reset states, actions).
+        device: where the state lives; CUDA graphs are used only on a CUDA device.
+        horizon: steps per :meth:`run` (per graph launch).
+        compile: fuse the step with ``torch.compile`` (False: the same function, eager).
+        graph: capture the ``horizon`` steps in a CUDA graph (default: on CUDA devices).
+        max_episode_steps: the time limit (500 for CartPole-v1).
+
+    ``state`` ``(4, num_envs)``, ``episode_steps`` ``(num_envs,)`` and ``episodes``
+    (a 0-dim count of finished episodes, summed over envs) are the carried tensors.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        seed: int = 0,
+        device: torch.device | str = "cuda",
+        horizon: int = 100,
+        compile: bool = True,
+        graph: bool | None = None,
+        max_episode_steps: int = MAX_EPISODE_STEPS,
+    ):
+        self.num_envs = check_int("num_envs", num_envs, minimum=1)
+        self.horizon = check_int("horizon", horizon, minimum=1)
+        self.max_episode_steps = check_int("max_episode_steps", max_episode_steps, minimum=1)
+        self.device = resolve_device(device)
+        graph = self.device.type == "cuda" if graph is None else graph
+        if graph and self.device.type != "cuda":
+            raise ValueError(f"graph=True needs a CUDA device, got device={self.device}")
+        self.key = torch.tensor(check_seed("seed", seed), dtype=torch.int64, device=self.device)
+        self.counter = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.index = torch.arange(num_envs, dtype=torch.int64, device=self.device)
+        self.state = self._reset_states()
+        self.counter += 1
+        self.episode_steps = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
+        self.episodes = torch.zeros((), dtype=torch.int64, device=self.device)
+        self._fused_step = torch.compile(_random_step, dynamic=False) if compile else _random_step
+        self._graph: torch.cuda.CUDAGraph | None = None
+        if graph:
+            self._capture()
+
+    def _reset_states(self) -> Tensor:
+        return _reset_states(self.key, self.counter, self.index)
+
+    def _step(self) -> None:
+        self._fused_step(
+            self.state, self.episode_steps, self.episodes, self.counter, self.key, self.index, self.max_episode_steps
+        )
+
+    def _capture(self) -> None:
+        saved = [t.clone() for t in (self.state, self.episode_steps, self.episodes, self.counter)]
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for _ in range(3):  # compile and warm up outside the capture
+                self._step()
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):
+            for _ in range(self.horizon):
+                self._step()
+        for tensor, value in zip((self.state, self.episode_steps, self.episodes, self.counter), saved, strict=True):
+            tensor.copy_(value)  # the warm-up and the capture do not count
+
+    def run(self) -> None:
+        """Advance every env ``horizon`` steps (asynchronously on a GPU: no host sync)."""
+        if self._graph is not None:
+            self._graph.replay()
+        else:
+            for _ in range(self.horizon):
+                self._step()
