@@ -28,6 +28,7 @@ from rl_lightning import DQNModule, PPOModule, VPGModule
 from rl_lightning.callbacks.evaluation import evaluate_policy
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.fused import FusedCartPole
+from rl_lightning.losses import compute_td_loss, compute_td_target
 
 ENV_IDS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1")
 
@@ -83,7 +84,7 @@ def gymnax_step_time(num_envs: int, scan_steps: int = 100, repeats: int = 5) -> 
         state, key = carry
         key, action_key, step_key = jax.random.split(key, 3)
         actions = jax.random.randint(action_key, (num_envs,), 0, 2)
-        _, state, _, _, _ = step(jax.random.split(step_key, num_envs), state, actions, params)
+        state = step(jax.random.split(step_key, num_envs), state, actions, params)[1]  # (obs, state, ...)
         return (state, key), None
 
     run = jax.jit(lambda state, key: jax.lax.scan(body, (state, key), None, length=scan_steps)[0])
@@ -96,6 +97,39 @@ def gymnax_step_time(num_envs: int, scan_steps: int = 100, repeats: int = 5) -> 
         jax.block_until_ready(carry)
         times.append((time.perf_counter() - start) / scan_steps)
     return statistics.median(times)
+
+
+def dqn_update_parts(device: torch.device, iterations: int = 300) -> tuple[float, float]:
+    """Milliseconds per DQN update, split in two, outside Lightning (DQNModule's defaults): the
+    source's ``next_batch`` (act, one step of the envs, store, sample) and the bare optimizer
+    update (online and target forward, double-DQN target, MSE, backward, Adam)."""
+    module = DQNModule(seed=0).to(device)
+    source = module.make_source(make_envs("CartPole-v1", module.hparams.num_envs, 0, device=device), 0, 1, 0)
+    while (batch := source.next_batch()) is None:  # the warm-up
+        pass
+    optimizer = torch.optim.Adam(module.q_network.parameters(), lr=1e-4, fused=device.type == "cuda")
+
+    def update(batch) -> None:
+        q_values = module.q_network(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            next_actions = module.q_network(batch.next_obs).argmax(dim=1, keepdim=True)
+            next_q = module.target_network(batch.next_obs).gather(1, next_actions).squeeze(1)
+            targets = compute_td_target(batch.rewards, batch.terminated, next_q, 0.99)
+        optimizer.zero_grad(set_to_none=True)
+        compute_td_loss(q_values, targets).backward()
+        optimizer.step()
+
+    timings = []
+    for part in (source.next_batch, lambda: update(batch)):
+        for _ in range(20):
+            part()
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(iterations):
+            part()
+        _sync(device)
+        timings.append(1e3 * (time.perf_counter() - start) / iterations)
+    return timings[0], timings[1]
 
 
 # configs/ppo_cartpole.yaml (its other arguments are PPOModule's defaults).
@@ -187,8 +221,6 @@ def main() -> None:
         lines += ["| num_envs | us per vector step | env steps/s |", "|---:|---:|---:|"]
         lines += [f"| {n:,} | {s * 1e6:,.1f} | {n / s:.3g} |" for n, s in gymnax_rows if s is not None]
         print("\n".join(lines[-len(gymnax_rows) :]), flush=True)
-    lines += ["", "## Time to solve CartPole-v1 (greedy >= 475, evaluation excluded)", ""]
-    lines += ["| algorithm | setting | device | precision | seconds | env steps |", "|---|---|---|---|---:|---:|"]
     cpu_threads = os.cpu_count() or 1
     # (algorithm, setting, module, max_steps, evaluate every n env steps, CPU threads, bf16 row)
     runs = [
@@ -206,9 +238,9 @@ def main() -> None:
         ("PPO", "configs/ppo_cartpole.yaml", lambda: PPOModule(**_PPO_TUNED), 200, 2048, 1, True),
         (
             "PPO",
-            "1024 envs",
-            lambda: PPOModule(num_envs=1024, num_steps_per_rollout=16, seed=1),
-            800,
+            "1024 envs x 16, 1 minibatch, relu",
+            lambda: PPOModule(num_envs=1024, num_steps_per_rollout=16, num_minibatches=1, activation="relu", seed=1),
+            400,
             16_384,
             cpu_threads,
             True,
@@ -234,6 +266,18 @@ def main() -> None:
             lines.append(f"| {name} | {setting} | {where} | {precision} | {row} |")
             print(lines[-1], flush=True)
             args.out.write_text("\n".join(lines) + "\n")
+    lines += [
+        "",
+        "## DQN update in parts (outside Lightning, DQNModule's defaults, ms per update)",
+        "",
+        "| device | next_batch (act, env step, store, sample) | optimizer update |",
+        "|---|---:|---:|",
+    ]
+    for where in ("cuda", "cpu") if device.type == "cuda" else ("cpu",):
+        torch.set_num_threads(1)
+        collect, update = dqn_update_parts(torch.device(where))
+        lines.append(f"| {where} | {collect:.3f} | {update:.3f} |")
+        print(lines[-1], flush=True)
     args.out.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
 

@@ -153,23 +153,30 @@ def test_a_warm_up_longer_than_the_buffer_is_refused():
 
 
 def test_sigterm_during_a_long_warm_up_exits_143_and_leaves_a_resumable_checkpoint(tmp_path):
-    """50,000 random env steps of one env take far longer than the 2 s before SIGTERM: the run
-    must stop within seconds, exit 143, and the resumed run must continue from where it stopped."""
-    args = ("--num_envs", "1", "--learning_starts", "50000", "--buffer_size", "50000", "--max_steps", "10")
+    """A warm-up of 1,000,000 random env steps of one env (minutes): SIGTERM, sent once fit has
+    started (the model summary is printed), must stop it within seconds with exit code 143, and the
+    resumed run must continue from where it stopped."""
+    args = ("--num_envs", "1", "--learning_starts", "1000000", "--buffer_size", "1000000", "--max_steps", "10")
     process = _script("train_dqn.py", *args, "--no_video", cwd=tmp_path)
-    time.sleep(6)  # imports and setup, then well into the warm-up
+    stderr_lines = []
+    while not any("Total params" in line for line in stderr_lines):  # Lightning's handlers are installed
+        line = process.stderr.readline()
+        assert line, "".join(stderr_lines)[-2000:]  # the script ended before fitting
+        stderr_lines.append(line)
+    time.sleep(2)  # well into the warm-up
     sent = time.monotonic()
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
+    stderr = "".join(stderr_lines) + stderr
     assert time.monotonic() - sent < 20
     assert process.returncode == 143, stderr[-2000:]
     assert "resume with --ckpt_path last" in stderr
     [checkpoint] = tmp_path.glob("lightning_logs/version_*/checkpoints/last.ckpt")
     saved = torch.load(checkpoint, weights_only=False)
     stopped_at = saved["rl_lightning"]["env_steps"]
-    assert 0 < stopped_at < 50_000
+    assert 0 < stopped_at < 1_000_000
     resumed = _script(
-        "train_dqn.py", *args, "--no_video", "--ckpt_path", "last", "--learning_starts", "50000", cwd=tmp_path
+        "train_dqn.py", *args, "--no_video", "--ckpt_path", "last", "--learning_starts", "1000000", cwd=tmp_path
     )
     resumed.kill()  # resuming works: it starts from the saved warm-up (not checked to the end here)
     resumed.communicate(timeout=60)

@@ -36,32 +36,55 @@ from rl_lightning.envs.cartpole import (
     X_THRESHOLD,
 )
 
-_MASK32 = 0xFFFFFFFF
+
+def _int32(value: int) -> int:
+    """A 32-bit pattern as the signed int32 Python value with the same bits."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
 
 
 def _mix32(x: Tensor) -> Tensor:
-    """A 32-bit integer hash (Wellons' lowbias32) of int64 values in ``[0, 2**32)``: a bijection
-    with good avalanche, written in int64 ops so that it runs (and fuses) on any device."""
-    x = ((x ^ (x >> 16)) * 0x7FEB352D) & _MASK32
-    x = ((x ^ (x >> 15)) * 0x846CA68B) & _MASK32
-    return x ^ (x >> 16)
+    """A 32-bit integer hash (Wellons' lowbias32) of int32 values: a bijection with good
+    avalanche, in int32 ops (multiplications wrap; shifts are made logical by masking), so that it
+    is cheap on a GPU (int64 multiplications are emulated there) and fuses into one kernel."""
+    x = x ^ ((x >> 16) & 0xFFFF)
+    x = x * _int32(0x7FEB352D)
+    x = x ^ ((x >> 15) & 0x1FFFF)
+    x = x * _int32(0x846CA68B)
+    return x ^ ((x >> 16) & 0xFFFF)
 
 
-def hash_uniform(key: Tensor, counter: Tensor, index: Tensor, channel: int) -> Tensor:
-    """Uniform float32 numbers in ``[0, 1)``, a pure function of ``(key, counter, index, channel)``.
+def hash_words(key: Tensor, counter: Tensor, index: Tensor, count: int) -> list[Tensor]:
+    """``count`` words of 32 random bits per env, a pure function of ``(key, counter, index)``.
 
     Args:
-        key: int64 0-dim seed tensor.
-        counter: int64 0-dim step counter (a fresh stream per step).
-        index: int64 ``(n,)`` env indices.
-        channel: which of several numbers per env and step.
+        key: int32 0-dim seed tensor.
+        counter: int32 0-dim step counter (a fresh stream per step).
+        index: int32 ``(n,)`` env indices.
+        count: words per env: a chain of hashes, each word the hash of the previous one.
 
     Returns:
-        float32 ``(n,)``: 24 random bits per number.
+        ``count`` int32 ``(n,)`` tensors.
     """
-    base = _mix32((key * 0x9E3779B9 + counter * 4 + channel) & _MASK32)
-    bits = _mix32((index * 0x85EBCA6B + base) & _MASK32)
-    return (bits >> 8).to(torch.float32) * (1.0 / (1 << 24))
+    base = _mix32(key ^ (counter * _int32(0x9E3779B9)))
+    words = [_mix32(base + index * _int32(0x85EBCA6B))]
+    for _ in range(count - 1):
+        words.append(_mix32(words[-1] ^ _int32(0x68E31DA4)))
+    return words
+
+
+def uniform16(word: Tensor, half: int) -> Tensor:
+    """Uniform float32 numbers in ``[0, 1)`` from the low (``half=0``) or high (``half=1``) 16 bits
+    of a hash word: two numbers per word, 2**-16 apart (reset states need no more resolution)."""
+    return ((word >> (16 * half)) & 0xFFFF).to(torch.float32) * (1.0 / 65536)
+
+
+def seed_key(seed: int) -> int:
+    """The int32 key of a seed in ``[0, 2**63)``: its 64 bits folded and mixed."""
+    folded = (seed ^ (seed >> 32)) & 0xFFFFFFFF
+    folded = ((folded ^ (folded >> 16)) * 0x7FEB352D) & 0xFFFFFFFF
+    folded = ((folded ^ (folded >> 15)) * 0x846CA68B) & 0xFFFFFFFF
+    return _int32(folded ^ (folded >> 16))
 
 
 def cartpole_step(
@@ -98,10 +121,10 @@ def cartpole_step(
     return next_state, torch.where(done, 0, steps), final, terminated, truncated
 
 
-def _reset_states(key: Tensor, counter: Tensor, index: Tensor) -> Tensor:
-    """CartPole's start states ``(4, n)``, uniform in ``[-0.05, 0.05)``, from the hash stream."""
-    rows = [hash_uniform(key, counter, index, channel) for channel in range(4)]
-    return torch.stack(rows) * (2 * RESET_BOUND) - RESET_BOUND
+def start_states(first: Tensor, second: Tensor) -> Tensor:
+    """CartPole's start states ``(4, n)``, uniform in ``[-0.05, 0.05)``, from two hash words."""
+    halves = [uniform16(first, 0), uniform16(first, 1), uniform16(second, 0), uniform16(second, 1)]
+    return torch.stack(halves) * (2 * RESET_BOUND) - RESET_BOUND
 
 
 def _random_step(
@@ -114,10 +137,11 @@ def _random_step(
     max_episode_steps: int,
 ) -> None:
     """One step with uniformly random actions, updating the carried tensors in place (a module
-    function, not a method, so that ``torch.compile`` guards on shapes only, not on an instance)."""
-    actions = (hash_uniform(key, counter, index, 4) < 0.5).to(torch.int64)
+    function, not a method, so that ``torch.compile`` guards on shapes only, not on an instance).
+    Three hash words per env: two give the four reset numbers, the third the action."""
+    first, second, third = hash_words(key, counter, index, 3)
     next_state, steps, _, terminated, truncated = cartpole_step(
-        state, episode_steps, actions, _reset_states(key, counter, index), max_episode_steps
+        state, episode_steps, third & 1, start_states(first, second), max_episode_steps
     )
     state.copy_(next_state)
     episode_steps.copy_(steps)
@@ -160,10 +184,10 @@ class FusedCartPole:
         graph = self.device.type == "cuda" if graph is None else graph
         if graph and self.device.type != "cuda":
             raise ValueError(f"graph=True needs a CUDA device, got device={self.device}")
-        self.key = torch.tensor(check_seed("seed", seed), dtype=torch.int64, device=self.device)
-        self.counter = torch.zeros((), dtype=torch.int64, device=self.device)
-        self.index = torch.arange(num_envs, dtype=torch.int64, device=self.device)
-        self.state = self._reset_states()
+        self.key = torch.tensor(seed_key(check_seed("seed", seed)), dtype=torch.int32, device=self.device)
+        self.counter = torch.zeros((), dtype=torch.int32, device=self.device)
+        self.index = torch.arange(num_envs, dtype=torch.int32, device=self.device)
+        self.state = start_states(*hash_words(self.key, self.counter, self.index, 2))
         self.counter += 1
         self.episode_steps = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
         self.episodes = torch.zeros((), dtype=torch.int64, device=self.device)
@@ -171,9 +195,6 @@ class FusedCartPole:
         self._graph: torch.cuda.CUDAGraph | None = None
         if graph:
             self._capture()
-
-    def _reset_states(self) -> Tensor:
-        return _reset_states(self.key, self.counter, self.index)
 
     def _step(self) -> None:
         self._fused_step(

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from rl_lightning.envs import CartPole, VectorEnv, make_envs, register, registered_env_ids
+from rl_lightning.envs.base import resolve_device
 from rl_lightning.envs.render import CART_COLOR
 
 ENV_IDS = registered_env_ids()
@@ -63,7 +64,7 @@ def test_registry_holds_cartpole_and_the_five_probes():
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_reset_and_step_shapes_dtypes_devices(env_id, device):
     env = make_envs(env_id, NUM_ENVS, seed=0, device=device)
-    assert env.num_envs == NUM_ENVS and env.device == torch.device(device)
+    assert env.num_envs == NUM_ENVS and env.device == resolve_device(device)
     obs_shape = tuple(env.single_observation_space.shape)
     assert env.obs_shape == obs_shape
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rl_lightning.envs import CartPole, GymnasiumVectorEnv, make_envs, registered_env_ids
+from rl_lightning.envs.base import resolve_device
 from rl_lightning.envs.gym_adapter import CARTPOLE_PIXELS_ID
 from rl_lightning.envs.registry import is_native_env_id
 from rl_lightning.envs.render import draw_cartpole
@@ -72,7 +73,7 @@ def _rollout(env, num_steps: int, action_seed: int = 0, reset_seed: int | None =
 def test_spaces_shapes_dtypes_devices(env_id, device):
     obs_shape, obs_dtype, actions = CASES[env_id]
     env = _make(env_id, device=device)
-    assert isinstance(env, GymnasiumVectorEnv) and env.device == torch.device(device)
+    assert isinstance(env, GymnasiumVectorEnv) and env.device == resolve_device(device)
     space = env.single_observation_space
     assert isinstance(space, gym.spaces.Box) and space.shape == obs_shape
     assert space.dtype == (np.uint8 if obs_dtype == torch.uint8 else np.float32)
