@@ -62,6 +62,16 @@ def test_collecting_data_does_not_synchronise_with_the_host(cls, kwargs):
         torch.cuda.set_sync_debug_mode("default")
 
 
+class _DevicesDuringFit(L.Callback):
+    """Records the module's and its data source's devices at every training batch."""
+
+    def __init__(self):
+        self.seen = set()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.seen.add((pl_module.device, pl_module.source.device))
+
+
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
 @pytest.mark.parametrize(
     ("cls", "kwargs"),
@@ -72,19 +82,33 @@ def test_collecting_data_does_not_synchronise_with_the_host(cls, kwargs):
     ],
 )
 def test_fit_act_evaluate_and_export_on_the_gpu(cls, kwargs, precision, tmp_path):
+    """During fit the module, its envs and buffers share the GPU; Lightning's teardown then moves
+    the module to the CPU, where act, evaluation and export work, and back with ``.to("cuda")``."""
     module = cls(**kwargs)
+    devices = _DevicesDuringFit()
     trainer = L.Trainer(
-        accelerator="gpu", devices=1, max_steps=8, precision=precision, logger=False, enable_checkpointing=False
+        accelerator="gpu",
+        devices=1,
+        max_steps=8,
+        precision=precision,
+        logger=False,
+        enable_checkpointing=False,
+        callbacks=[devices],
     )
     trainer.fit(module)
-    assert module.device.type == "cuda" and module.source.device == module.device
+    cuda = torch.device("cuda", torch.cuda.current_device())
+    assert devices.seen == {(cuda, cuda)}
+    assert module.device.type == "cpu"  # Lightning's strategy teardown
+    obs = torch.randn(6, 4)
+    scripted = torch.jit.load(str(module.export_policy(tmp_path / "policy.pt")))
+    assert torch.equal(scripted(obs), module.act(obs, greedy=True))
+    assert (evaluate_policy(module, module.make_envs(8, 0)).returns >= 1).all()
+
+    module.to("cuda")
     actions = module.act(torch.zeros(5, 4), greedy=True)  # a CPU observation is moved
-    assert actions.device == module.device and actions.shape == (5,)
+    assert actions.device == cuda and actions.shape == (5,)
     result = evaluate_policy(module, module.make_envs(8, 0))
     assert result.returns.is_cuda and (result.returns >= 1).all()
-    scripted = torch.jit.load(str(module.export_policy(tmp_path / "policy.pt")))
-    obs = torch.randn(6, 4)
-    assert torch.equal(scripted(obs), module.act(obs, greedy=True).cpu())
 
 
 def test_dqn_solves_cartpole_on_the_gpu_greedy_mean_return_at_least_475_over_32_episodes():

@@ -3,6 +3,7 @@
 from rl_lightning.envs.acrobot import Acrobot
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.cartpole import CartPole, CartPoleNoVel
+from rl_lightning.envs.fused import FusedCartPole
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
 from rl_lightning.envs.mountain_car import MountainCar, MountainCarContinuous
 from rl_lightning.envs.pendulum import Pendulum
@@ -36,6 +37,7 @@ __all__ = [
     "CartPoleNoVel",
     "ContinuousProbe1",
     "ContinuousProbe2",
+    "FusedCartPole",
     "GymnasiumVectorEnv",
     "ImageProbe5",
     "MemoryProbe",
