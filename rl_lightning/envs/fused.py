@@ -80,11 +80,9 @@ def uniform16(word: Tensor, half: int) -> Tensor:
 
 
 def seed_key(seed: int) -> int:
-    """The int32 key of a seed in ``[0, 2**63)``: its 64 bits folded and mixed."""
-    folded = (seed ^ (seed >> 32)) & 0xFFFFFFFF
-    folded = ((folded ^ (folded >> 16)) * 0x7FEB352D) & 0xFFFFFFFF
-    folded = ((folded ^ (folded >> 15)) * 0x846CA68B) & 0xFFFFFFFF
-    return _int32(folded ^ (folded >> 16))
+    """The int32 key of a seed in ``[0, 2**63)``: its 64 bits folded to 32, then hashed."""
+    folded = torch.tensor(_int32(seed ^ (seed >> 32)), dtype=torch.int32)
+    return int(_mix32(folded))
 
 
 def cartpole_step(
