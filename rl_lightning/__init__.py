@@ -1,6 +1,7 @@
 """rl_lightning: reinforcement learning written as ordinary PyTorch Lightning."""
 
 from rl_lightning.algos import DQNModule, PPOModule, RLModule, VPGModule
+from rl_lightning.callbacks.evaluation import EvalResult, evaluate_policy
 from rl_lightning.envs import (
     Acrobot,
     CartPole,
@@ -21,6 +22,7 @@ __all__ = [
     "Acrobot",
     "CartPole",
     "DQNModule",
+    "EvalResult",
     "GymnasiumVectorEnv",
     "MountainCar",
     "MountainCarContinuous",
@@ -31,6 +33,7 @@ __all__ = [
     "RLModule",
     "VPGModule",
     "VectorEnv",
+    "evaluate_policy",
     "make_envs",
     "register",
     "registered_env_ids",

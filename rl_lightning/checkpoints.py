@@ -96,45 +96,75 @@ def load_checkpoint_file(path: str | Path) -> dict[str, Any]:
 
 def checkpoint_algorithm(path: str | Path) -> str | None:
     """The module class (``"VPGModule"``, ...) that saved the checkpoint at ``path`` (None if unknown)."""
+    return _checkpoint_identity(path)[0]
+
+
+def _checkpoint_identity(path: str | Path) -> tuple[str | None, str | None]:
+    """The module class and the env id of the checkpoint at ``path`` (None where unknown)."""
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except Exception:  # an unreadable file is no candidate
-        return None
+        return None, None
     payload = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None
-    return payload.get("algorithm") if isinstance(payload, dict) else None
+    if not isinstance(payload, dict):
+        return None, None
+    return payload.get("algorithm"), payload.get("env_id")
 
 
-def resolve_ckpt_path(ckpt_path: str | None, root_dir: str | Path, algorithm: str | None = None) -> str | None:
+#: Where runs keep their last checkpoints: ``lightning_logs/<run name>/version_N`` (the scripts and the
+#: CLI) or ``lightning_logs/version_N`` (a Trainer's default logger).
+_LAST_CHECKPOINTS = (
+    "lightning_logs/*/version_*/checkpoints/last*.ckpt",
+    "lightning_logs/version_*/checkpoints/last*.ckpt",
+)
+
+
+def resolve_ckpt_path(
+    ckpt_path: str | None, root_dir: str | Path, algorithm: str | None = None, env_id: str | None = None
+) -> str | None:
     """The checkpoint a run resumes from.
 
-    ``"last"``: the newest ``<root_dir>/lightning_logs/version_*/checkpoints/last*.ckpt`` saved by
-    ``algorithm`` (a module class name; None: any) -- a new run writes to a new ``version_N``, where
-    Lightning's own ``"last"`` lookup would find nothing; None if there is none yet (a fresh
-    start, as Lightning does). A path is checked (:func:`load_checkpoint_file`) and returned.
+    ``"last"``: the newest ``last*.ckpt`` under ``<root_dir>/lightning_logs`` (``<run>/version_*/checkpoints``
+    or ``version_*/checkpoints``) saved by ``algorithm`` (a module class name; None: any) for ``env_id``
+    (None: any) -- a new run writes to a new ``version_N``, where Lightning's own ``"last"`` lookup would
+    find nothing; None if there is none yet (a fresh start, as Lightning does). A path is checked
+    (:func:`load_checkpoint_file`) and returned.
 
     Raises:
         ValueError: for a path that is not a checkpoint, or (``"last"``) when the only last
-            checkpoints there were saved by other algorithms.
+            checkpoints there were saved by other algorithms or for other envs.
     """
+    from rl_lightning.envs.registry import canonical_env_id
+
     if ckpt_path is None:
         return None
     if ckpt_path != "last":
         load_checkpoint_file(ckpt_path)
         return str(ckpt_path)
+    root = Path(root_dir)
     candidates = sorted(
-        Path(root_dir).glob("lightning_logs/version_*/checkpoints/last*.ckpt"), key=lambda path: path.stat().st_mtime
+        {path for pattern in _LAST_CHECKPOINTS for path in root.glob(pattern)}, key=lambda path: path.stat().st_mtime
     )
     if not candidates:
         rank_zero_warn(f'ckpt_path="last": no last checkpoint under {root_dir}/lightning_logs yet, starting fresh')
         return None
-    if algorithm is None:
+    if algorithm is None and env_id is None:
         return str(candidates[-1])
-    found = {str(path): checkpoint_algorithm(path) for path in candidates}
-    matching = [path for path, saved_by in found.items() if saved_by == algorithm]
+    found = {str(path): _checkpoint_identity(path) for path in candidates}
+    matching = [
+        path
+        for path, (saved_by, saved_env) in found.items()
+        if (algorithm is None or saved_by == algorithm)
+        and (env_id is None or (saved_env is not None and canonical_env_id(saved_env) == canonical_env_id(env_id)))
+    ]
     if not matching:
-        others = ", ".join(f"{path} ({saved_by or 'unreadable'})" for path, saved_by in found.items())
+        wanted = " ".join(part for part in (algorithm, f"on {env_id}" if env_id else None) if part)
+        others = ", ".join(
+            f"{path} ({' on '.join(part for part in identity if part) or 'unreadable'})"
+            for path, identity in found.items()
+        )
         raise ValueError(
-            f'ckpt_path="last": no last checkpoint of {algorithm} under {root_dir}/lightning_logs, only of other '
-            f"algorithms: {others}; pass a path, or another --default_root_dir"
+            f'ckpt_path="last": no last checkpoint of {wanted} under {root_dir}/lightning_logs, only of other '
+            f"runs: {others}; pass a path, or another --default_root_dir"
         )
     return matching[-1]

@@ -7,12 +7,16 @@
     rl-lightning fit --model.help VPGModule                                 (a module's hyper-parameters)
 
 Each module builds its own envs and data in ``train_dataloader``, so there is no ``--data``. Logs,
-checkpoints and the run's ``config.yaml`` go to ``<trainer.default_root_dir>/lightning_logs/version_N``.
+checkpoints and the run's ``config.yaml`` go to ``<trainer.default_root_dir>/lightning_logs/<run>/version_N``
+(``<run>`` says what ran: ``PPO-CartPole-v1``). ``fit`` prints a start line and, at the end, whether the
+env was solved and where the checkpoints went; ``validate`` and ``test`` print one result line and
+write nothing (unless given a ``--trainer.logger``).
 """
 
 from __future__ import annotations
 
 import importlib
+import time
 
 import lightning as L
 import torch
@@ -20,14 +24,17 @@ from jsonargparse.typing import PositiveInt
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 from rl_lightning.algos import ALGORITHMS
+from rl_lightning.callbacks import EnvStepBudget
 from rl_lightning.checkpoints import resolve_ckpt_path
+from rl_lightning.scripting import StartLine, report, run_logger
 
 # The modules ``--model`` accepts, by short name (``--model DQNModule``) or class path.
 MODEL_CLASSES = ALGORITHMS
 
 # RL on small MLPs: the envs are torch tensors on the module's device, and on CPU one process
 # with few threads is fastest. One optimizer step is one rollout or one replay batch, so log each.
-TRAINER_DEFAULTS = {"accelerator": "cpu", "devices": 1, "log_every_n_steps": 1}
+# No model summary: the start line gives the parameter count.
+TRAINER_DEFAULTS = {"accelerator": "cpu", "devices": 1, "log_every_n_steps": 1, "enable_model_summary": False}
 
 
 class RLLightningCLI(LightningCLI):
@@ -53,6 +60,12 @@ class RLLightningCLI(LightningCLI):
         parser.add_argument(
             "--num_threads", type=PositiveInt, default=1, help="torch CPU threads (torch.set_num_threads)"
         )
+        parser.add_argument(
+            "--total_env_steps",
+            type=PositiveInt | None,
+            default=None,
+            help="fit: the run's length in env steps (SB3's total_timesteps), in place of --trainer.max_steps",
+        )
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
@@ -65,17 +78,15 @@ class RLLightningCLI(LightningCLI):
             names = ", ".join(model_class.__name__ for model_class in MODEL_CLASSES)
             self._parser(self.subcommand).error(f"--model must be one of {names}, got {config.model.class_path}")
         torch.set_num_threads(config.num_threads)
-
-    def before_fit(self) -> None:
-        # `--ckpt_path last`: the newest last.ckpt of this algorithm under default_root_dir, since
-        # this run's own (new) version_N folder has none for Lightning's lookup to find.
-        config = self.config_init[self.subcommand]
-        config["ckpt_path"] = resolve_ckpt_path(
-            config.get("ckpt_path"), self.trainer.default_root_dir, self.model.algorithm_name()
-        )
-
-    before_validate = before_fit
-    before_test = before_fit
+        if self.subcommand == "fit" and config.get("total_env_steps") is not None:
+            # EnvStepBudget sets max_steps from the budget; the epochs must not cut it short.
+            config.trainer.max_steps, config.trainer.max_epochs = -1, -1
+        if self.subcommand in ("validate", "test"):
+            # Greedy episodes of a checkpoint: one printed line, no version_N directory or config.yaml
+            # (a --trainer.logger of the user's still logs).
+            self.save_config_callback = None
+            if config.trainer.get("logger") is None:
+                config.trainer.logger = False
 
     def instantiate_classes(self) -> None:
         try:
@@ -89,6 +100,63 @@ class RLLightningCLI(LightningCLI):
             while cause.__cause__ is not None:
                 cause = cause.__cause__
             self._parser(self.subcommand).error(str(cause), error)
+        if self.subcommand != "fit":
+            return
+        config = self.config[self.subcommand]
+        if config.trainer.get("logger") is None:  # Lightning's default logger, named after the run
+            self.trainer.loggers = [run_logger(self.model, self.trainer.default_root_dir)]
+        if config.get("total_env_steps") is not None:
+            self.trainer.callbacks.append(EnvStepBudget(config.total_env_steps))
+        self.trainer.callbacks.append(StartLine())
+
+    def _resolve_ckpt_path(self) -> None:
+        # `--ckpt_path last`: the newest last.ckpt of this algorithm and env under default_root_dir,
+        # since this run's own (new) version_N folder has none for Lightning's lookup to find.
+        config = self.config_init[self.subcommand]
+        config["ckpt_path"] = resolve_ckpt_path(
+            config.get("ckpt_path"),
+            self.trainer.default_root_dir,
+            self.model.algorithm_name(),
+            self.model.hparams.env_id,
+        )
+
+    def before_fit(self) -> None:
+        self._resolve_ckpt_path()
+        self._start = time.perf_counter()
+
+    def after_fit(self) -> None:
+        if self.trainer.is_global_zero:
+            print(report(self.trainer, self.model, time.perf_counter() - self._start), flush=True)
+
+    def before_validate(self) -> None:
+        self._resolve_ckpt_path()
+        self.config_init[self.subcommand]["verbose"] = False  # Lightning's results table: one line instead
+
+    before_test = before_validate
+
+    def after_validate(self) -> None:
+        if self.trainer.is_global_zero:
+            print(self._result_line("eval"), flush=True)
+
+    def after_test(self) -> None:
+        if self.trainer.is_global_zero:
+            print(self._result_line("test"), flush=True)
+
+    def _result_line(self, prefix: str) -> str:
+        """``validate: greedy eval return 500.0 +- 0.0, length 500.0, 32 episodes of PPOModule on CartPole-v1 ...``."""
+        metrics = {key: float(value) for key, value in self.trainer.callback_metrics.items()}
+        module = self.model
+        line = (
+            f"{self.subcommand}: greedy {prefix} return {metrics[f'{prefix}/episodic_return']:.1f} +- "
+            f"{metrics[f'{prefix}/episodic_return_std']:.1f}, length {metrics[f'{prefix}/episodic_length']:.1f}, "
+            f"{module.eval_episodes} episodes of {type(module).__name__} on {module.hparams.env_id}"
+        )
+        ckpt_path = self.config_init[self.subcommand].get("ckpt_path")
+        line += f" from {ckpt_path}" if ckpt_path else " (untrained: no --ckpt_path)"
+        logger = self.trainer.logger
+        return line + (
+            f"; logged to {logger.log_dir}" if logger is not None and logger.log_dir else "; nothing written"
+        )
 
 
 def make_cli(args: ArgsType = None) -> RLLightningCLI:

@@ -280,8 +280,51 @@ def sample_categorical(logits: Tensor, generator: torch.Generator | None = None)
     return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
 
-class PolicyNetwork(nn.Module):
-    """A stochastic policy: an encoder and a head for the action space.
+class _EncoderHeadNetwork(nn.Module):
+    """An encoder then a head, kept as one ``nn.Sequential`` called ``layers`` (the seeds' contract:
+    for a vector observation it is Linear-ReLU-...-Linear, no final activation); ``encoder`` and
+    ``head`` are views of the same modules (``layers[:-1]`` or the one encoder module, and
+    ``layers[-1]``), not extra copies: the parameters and the state dict are ``layers``' alone."""
+
+    layers: nn.Sequential
+
+    def __init__(self, encoder: nn.Module, head: nn.Module):
+        super().__init__()
+        # A VectorEncoder is itself a Sequential of layers: spliced in, so CartPole's network is
+        # Linear-ReLU-Linear-ReLU-Linear. Any other encoder (a CNN, a user's network) is one module.
+        self._single_encoder = not isinstance(encoder, VectorEncoder)
+        self.layers = nn.Sequential(encoder, head) if self._single_encoder else nn.Sequential(*encoder, head)
+        # An unregistered view (registering it would list every encoder parameter twice in the state dict).
+        self.__dict__["_encoder_view"] = encoder if self._single_encoder else self.layers[:-1]
+
+    @property
+    def encoder(self) -> nn.Module:
+        """Observations -> features: ``layers`` without its last module."""
+        return self.__dict__["_encoder_view"]
+
+    @property
+    def head(self) -> nn.Module:
+        """Features -> outputs: the last module of ``layers``."""
+        return self.layers[-1]
+
+    def forward(self, obs: Tensor) -> Tensor:
+        return self.layers(obs)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors):
+        # Checkpoints written before ``layers`` named the modules ``encoder.*`` and ``head.*``.
+        renames = {
+            f"{prefix}encoder.": f"{prefix}layers.0." if self._single_encoder else f"{prefix}layers.",
+            f"{prefix}head.": f"{prefix}layers.{len(self.layers) - 1}.",
+        }
+        for key in [key for key in state_dict if key.startswith(tuple(renames))]:
+            old = next(old for old in renames if key.startswith(old))
+            state_dict[renames[old] + key[len(old) :]] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors)
+
+
+class PolicyNetwork(_EncoderHeadNetwork):
+    """A stochastic policy: an encoder and a head for the action space, as one ``nn.Sequential``
+    ``layers`` (Linear-ReLU-Linear-ReLU-Linear for CartPole with the defaults: 10,934 parameters).
 
     Args:
         observation_space: a ``Box`` (or an observation shape, taken as float32).
@@ -299,17 +342,17 @@ class PolicyNetwork(nn.Module):
         network: nn.Module | None = None,
         activation: str = "relu",
     ):
-        super().__init__()
         observation_space, action_space = as_observation_space(observation_space), as_action_space(action_space)
-        self.encoder, num_features = make_encoder(observation_space, hidden_sizes, network, activation)
+        encoder, num_features = make_encoder(observation_space, hidden_sizes, network, activation)
         if space_kind(action_space) == "discrete":
-            self.head: CategoricalHead | GaussianHead = CategoricalHead(num_features, int(action_space.n))
+            head: CategoricalHead | GaussianHead = CategoricalHead(num_features, int(action_space.n))
         else:
-            self.head = GaussianHead(num_features, action_space.shape)
+            head = GaussianHead(num_features, action_space.shape)
+        super().__init__(encoder, head)
 
     def forward(self, obs: Tensor) -> Tensor:
         """The distribution's parameters: logits (Discrete) or the mean (Box)."""
-        return self.head(self.encoder(obs))
+        return self.layers(obs)
 
     def sample(self, obs: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """Sampled actions for ``obs`` and their log-probabilities."""
@@ -333,34 +376,34 @@ class PolicyNetwork(nn.Module):
         return self.head.mode(params) if greedy else self.head.sample(params, generator)[0]
 
 
-class QNetwork(nn.Module):
-    """One Q-value per discrete action: an encoder and a Linear layer (10,934 parameters for
-    CartPole with the default (120, 84) MLP).
+class QNetwork(_EncoderHeadNetwork):
+    """One Q-value per discrete action: an encoder and a Linear layer, as one ``nn.Sequential``
+    ``layers`` (the seeds' Linear-ReLU-Linear-ReLU-Linear: 10,934 parameters for CartPole with the
+    default (120, 84) MLP).
 
     Args:
-        observation_space: a ``Box`` (or an observation shape, taken as float32).
-        action_space: a ``Discrete`` space or its number of actions.
+        obs_shape: the shape of one observation (taken as float32), or a gymnasium ``Box``.
+        num_actions: the number of actions, or a gymnasium ``Discrete`` space.
         hidden_sizes: widths of the default MLP encoder's hidden layers.
         network: your own encoder (observations -> features) instead of the default.
     """
 
     def __init__(
         self,
-        observation_space: gym.spaces.Box | Sequence[int],
-        action_space: gym.spaces.Discrete | int,
+        obs_shape: Sequence[int] | gym.spaces.Box,
+        num_actions: int | gym.spaces.Discrete,
         hidden_sizes: Sequence[int] = (120, 84),
         network: nn.Module | None = None,
     ):
-        super().__init__()
-        observation_space, action_space = as_observation_space(observation_space), as_action_space(action_space)
+        observation_space, action_space = as_observation_space(obs_shape), as_action_space(num_actions)
         if space_kind(action_space) != "discrete":
             raise ValueError(f"a QNetwork needs a Discrete action space, got {action_space!r}")
-        self.encoder, num_features = make_encoder(observation_space, hidden_sizes, network)
-        self.head = nn.Linear(num_features, int(action_space.n))
+        encoder, num_features = make_encoder(observation_space, hidden_sizes, network)
+        super().__init__(encoder, nn.Linear(num_features, int(action_space.n)))
 
     def forward(self, obs: Tensor) -> Tensor:
         """``(*batch, *obs_shape)`` -> Q-values ``(*batch, num_actions)``."""
-        return self.head(self.encoder(obs))
+        return self.layers(obs)
 
 
 class ValueNetwork(nn.Module):

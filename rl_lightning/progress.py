@@ -42,15 +42,12 @@ class RLProgressBar(TQDMProgressBar):
     def init_sanity_tqdm(self) -> Tqdm:
         return Tqdm(disable=True)  # an RL module's validation is a greedy evaluation, not run in fit
 
+    # Off a terminal no bar at all (a bar disabled after it was made has already printed its first frame).
     def init_validation_tqdm(self) -> Tqdm:
-        bar = super().init_validation_tqdm()
-        bar.disable = bar.disable or not self._interactive
-        return bar
+        return super().init_validation_tqdm() if self._interactive else Tqdm(disable=True)
 
     def init_test_tqdm(self) -> Tqdm:
-        bar = super().init_test_tqdm()
-        bar.disable = bar.disable or not self._interactive
-        return bar
+        return super().init_test_tqdm() if self._interactive else Tqdm(disable=True)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         try:

@@ -58,6 +58,14 @@ class EpsilonGreedyProtocol(RLModuleProtocol, Protocol):
 
 
 @runtime_checkable
+class EnvStepBudgetProtocol(RLModuleProtocol, Protocol):
+    """A module whose run can be sized in env steps (``EnvStepBudget``)."""
+
+    def optimizer_steps_for(self, total_env_steps: int) -> int:
+        """The fewest optimizer steps of a run of at least ``total_env_steps`` env steps."""
+
+
+@runtime_checkable
 class TargetNetworkProtocol(RLModuleProtocol, Protocol):
     """A module with target networks (``TargetNetworkSync`` moves them towards the online ones)."""
 

@@ -4,8 +4,10 @@ adds Lightning's Trainer flags and the evaluation / video / stopping options."""
 
 from __future__ import annotations
 
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,18 @@ def _script_parser(
     group.add_argument("--strategy", type=str, default="auto", help="auto, ddp, ddp_spawn ...")
     group.add_argument("--num_nodes", type=PositiveInt, default=1, help="machines in a multi-node run")
     group.add_argument("--precision", type=str, default="32-true", help="32-true, bf16-mixed, 16-mixed ...")
-    group.add_argument("--max_steps", type=int, default=max_steps, help="optimizer steps in all (-1: no limit)")
+    group.add_argument(
+        "--max_steps",
+        type=int | None,
+        default=None,
+        help=f"optimizer steps in all (null: {max_steps:,}, or --total_env_steps; -1: no limit)",
+    )
+    group.add_argument(
+        "--total_env_steps",
+        type=PositiveInt | None,
+        default=None,
+        help="the run's length in env steps (SB3's total_timesteps), instead of --max_steps",
+    )
     group.add_argument("--default_root_dir", type=str, default=".", help="logs go to DIR/lightning_logs")
     group.add_argument("--num_threads", type=PositiveInt, default=1, help="torch CPU threads")
     group.add_argument(
@@ -58,7 +71,13 @@ def _script_parser(
     every = "env steps between grid videos"
     group.add_argument("--video_every_n_env_steps", type=PositiveInt, default=video_every, help=every)
     group.add_argument("--no_video", action="store_true", help="do not log grid videos")
-    group.add_argument("--solved_return", type=float, default=475.0, help="greedy eval return that stops the run")
+    group.add_argument(
+        "--solved_return",
+        type=float | None,
+        default=None,
+        help="greedy eval return that stops the run (null: the env's, e.g. CartPole-v1 475, Acrobot-v1 -100, "
+        "Pendulum-v1 -200, or gymnasium's reward_threshold; none known: no early stop)",
+    )
     group.add_argument("--no_stop_when_solved", action="store_true", help="train for the whole budget")
     return parser, module_keys
 
@@ -110,6 +129,10 @@ def parse_script_args(
     options = {option for action in parser._actions for option in action.option_strings}
     list_options = {f"--{key}" for key in module_keys if f"--{key}+" in options}
     args = parser.parse_args(_argparse_spellings(sys.argv[1:] if argv is None else argv, list_options))
+    if args.max_steps is not None and args.total_env_steps is not None:
+        parser.error("--max_steps and --total_env_steps both set the run's length: pass one of them")
+    if args.max_steps is None and args.total_env_steps is None:
+        args.max_steps = max_steps
     torch.set_num_threads(args.num_threads)
     # ``instantiate`` is jsonargparse >= 4.49's name for ``instantiate_classes``.
     instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes
@@ -121,26 +144,44 @@ def parse_script_args(
     return module, args
 
 
-def fit_kwargs(args: Namespace, module_cls: type[L.LightningModule]) -> dict[str, Any]:
+def fit_kwargs(args: Namespace, module: Any) -> dict[str, Any]:
     """The arguments of ``trainer.fit`` besides the module: the checkpoint to resume from (``last``:
-    the newest ``last.ckpt`` saved by ``module_cls``)."""
+    the newest ``last.ckpt`` saved by the same module class for the same env)."""
     from rl_lightning.checkpoints import resolve_ckpt_path
 
-    return {"ckpt_path": resolve_ckpt_path(args.ckpt_path, args.default_root_dir, module_cls.algorithm_name())}
+    ckpt_path = resolve_ckpt_path(args.ckpt_path, args.default_root_dir, module.algorithm_name(), module.hparams.env_id)
+    return {"ckpt_path": ckpt_path}
 
 
-def trainer_kwargs(args: Namespace) -> dict[str, Any]:
-    """The parsed Trainer flags, ready for ``L.Trainer(**...)``."""
-    names = ("accelerator", "devices", "strategy", "num_nodes", "precision", "max_steps", "default_root_dir")
-    return {name: args[name] for name in names}
+def run_logger(module: Any, root_dir: str | Path) -> Any:
+    """TensorBoard logs in ``<root_dir>/lightning_logs/<run name>/version_N`` (``PPO-CartPole-v1``), so
+    a directory says what ran; no placeholder ``hp_metric``."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    return TensorBoardLogger(Path(root_dir) / "lightning_logs", name=module.run_name, default_hp_metric=False)
 
 
-def watch_callbacks(args: Namespace) -> list[L.Callback]:
+def trainer_kwargs(args: Namespace, module: Any) -> dict[str, Any]:
+    """The parsed Trainer flags, ready for ``L.Trainer(**...)``: the run's length (``--max_steps``, or
+    ``max_steps=-1`` and ``max_epochs=-1`` for the ``EnvStepBudget`` of ``--total_env_steps``), the
+    named logger, and no model summary (the start line gives the parameter count)."""
+    names = ("accelerator", "devices", "strategy", "num_nodes", "precision", "default_root_dir")
+    kwargs = {name: args[name] for name in names}
+    if args.total_env_steps is not None:
+        kwargs.update(max_steps=-1, max_epochs=-1)
+    else:
+        kwargs["max_steps"] = args.max_steps
+    return {**kwargs, "logger": run_logger(module, args.default_root_dir), "enable_model_summary": False}
+
+
+def watch_callbacks(args: Namespace, module: Any) -> list[L.Callback]:
     """Evaluation, a checkpoint of the best greedy policy (and the last), optionally a grid
-    video and early stopping once the greedy return reaches ``--solved_return``."""
+    video, the env-step budget, early stopping once the greedy return reaches ``--solved_return``
+    (the env's own by default), and the start line."""
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
-    from rl_lightning.callbacks import CheckpointOnStop, Evaluation, GridVideoLogger
+    from rl_lightning.callbacks import CheckpointOnStop, EnvStepBudget, Evaluation, GridVideoLogger
+    from rl_lightning.envs import solved_return
 
     callbacks: list[L.Callback] = [
         Evaluation(every_n_env_steps=args.eval_every_n_env_steps, num_eval_episodes=args.num_eval_episodes),
@@ -150,45 +191,165 @@ def watch_callbacks(args: Namespace) -> list[L.Callback]:
         ModelCheckpoint(filename="last"),
         CheckpointOnStop(),  # SIGTERM / Ctrl-C: last.ckpt is written where the run stopped
     ]
+    if args.total_env_steps is not None:
+        callbacks.append(EnvStepBudget(args.total_env_steps))
     if not args.no_video:
         callbacks.append(GridVideoLogger(every_n_env_steps=args.video_every_n_env_steps))
-    if not args.no_stop_when_solved:
+    env_id = module.hparams.env_id
+    threshold = args.solved_return if args.solved_return is not None else solved_return(env_id)
+    note = None
+    if args.no_stop_when_solved:
+        note = "trains for the whole budget (--no_stop_when_solved)"
+    elif threshold is None:
+        note = f"no solved return known for {env_id}: trains for the whole budget (--solved_return R stops it at R)"
+    else:
         callbacks.append(
             EarlyStopping(
                 monitor="eval/episodic_return",
-                stopping_threshold=args.solved_return,
+                stopping_threshold=threshold,
                 mode="max",
                 patience=10**9,  # stop on the threshold only, never for lack of improvement
                 check_on_train_epoch_end=True,
             )
         )
+    callbacks.append(StartLine(note))
     return callbacks
 
 
-def report(trainer: L.Trainer, module: L.LightningModule, seconds: float) -> str:
-    """The scripts' final line: greedy evaluation, wall time, env steps and where things went."""
+def _solved_threshold(trainer: L.Trainer) -> float | None:
+    """The greedy return at which an ``EarlyStopping`` of the Trainer stops the run, if any."""
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    thresholds = [
+        float(callback.stopping_threshold)
+        for callback in trainer.callbacks
+        if isinstance(callback, EarlyStopping)
+        and callback.monitor == "eval/episodic_return"
+        and callback.stopping_threshold is not None
+    ]
+    return thresholds[0] if thresholds else None
+
+
+class StartLine(L.Callback):
+    """Print one line when training starts: what trains (parameters, envs), for how long (env steps and
+    updates), until when (the solved return), from which checkpoint, and where the logs go.
+
+    Args:
+        note: said in place of the stopping rule (e.g. why there is none).
+    """
+
+    def __init__(self, note: str | None = None):
+        self.note = note
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        if trainer.is_global_zero:
+            print(start_line(trainer, pl_module, self.note), flush=True)
+
+
+def start_line(trainer: L.Trainer, module: Any, note: str | None = None) -> str:
+    """``VPGModule on CartPole-v1, 10,934 parameters, 32 envs: up to 800,000 env steps (50 updates), until
+    the greedy eval return reaches 475.0; logs in lightning_logs/VPG-CartPole-v1/version_0``."""
+    from rl_lightning.callbacks.schedule import planned_env_steps
+
+    parameters = sum(p.numel() for p in module.parameters() if p.requires_grad)
+    envs = f"{module.hparams.num_envs} envs" + (f" x {trainer.world_size} processes" if trainer.world_size > 1 else "")
+    try:
+        budget = f"up to {planned_env_steps(trainer, module, 'the run'):,.0f} env steps"
+        budget += f" ({trainer.estimated_stepping_batches:,.0f} updates)"
+    except ValueError:
+        budget = "no set length"
+    threshold = _solved_threshold(trainer)
+    until = note or (
+        f"until the greedy eval return reaches {threshold:g}" if threshold is not None else "no early stop"
+    )
+    line = f"{type(module).__name__} on {module.hparams.env_id}, {parameters:,} parameters, {envs}: {budget}, {until}"
+    if trainer.ckpt_path:
+        line += f"; resumed from {trainer.ckpt_path} at env step {module.env_steps:,}"
+    return line + f"; logs in {trainer.log_dir if trainer.logger is not None else 'no logger'}"
+
+
+def report(trainer: L.Trainer, module: Any, seconds: float) -> str:
+    """The run's last lines: whether it solved the env (or why it stopped), the greedy evaluation, wall
+    time, env steps, and where the checkpoints, videos and logs went."""
+    from lightning.pytorch.callbacks import EarlyStopping
+
     from rl_lightning.callbacks import Evaluation, GridVideoLogger
 
     evaluation = next((c for c in trainer.callbacks if isinstance(c, Evaluation)), None)
     video = next((c for c in trainer.callbacks if isinstance(c, GridVideoLogger)), None)
+    early = next((c for c in trainer.callbacks if isinstance(c, EarlyStopping)), None)
     metrics = evaluation.last_metrics if evaluation is not None else {}
-    eval_text = (
-        f"greedy eval return {metrics['eval/episodic_return']:.1f} +- {metrics['eval/episodic_return_std']:.1f}"
-        if metrics
-        else "no evaluation"
-    )
-    log_dir = trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir
+    threshold = _solved_threshold(trainer)
+    stop_reason = getattr(getattr(early, "stopping_reason", None), "name", "NOT_STOPPED")
+    if metrics:
+        mean = metrics["eval/episodic_return"]
+        eval_text = f"greedy eval return {mean:.1f} +- {metrics['eval/episodic_return_std']:.1f}"
+        if threshold is not None:
+            eval_text += f" ({'>=' if mean >= threshold else '<'} {threshold:g})"
+    else:
+        eval_text = "no evaluation"
+    if threshold is not None and metrics and stop_reason == "STOPPING_THRESHOLD":
+        outcome = "solved"
+    elif trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
+        outcome = "budget used up" + (", not solved" if threshold is not None else "")
+    elif early is not None and stop_reason != "NOT_STOPPED":
+        outcome = f"stopped early ({early.stopping_reason_message or stop_reason.lower()})"
+    else:
+        outcome = "stopped"
+    log_dir = trainer.log_dir if trainer.logger is not None else None
     checkpoints = trainer.checkpoint_callbacks
-    best = next((c.best_model_path for c in checkpoints if c.monitor is not None), "none")
-    last = next((c.best_model_path for c in checkpoints if c.monitor is None), "none")
+    best = next((c.best_model_path for c in checkpoints if c.monitor is not None), "") or "none"
+    last = next((c.best_model_path for c in checkpoints if c.monitor is None), "") or "none"
     lines = [
-        f"done: {eval_text}, {seconds:.1f} s wall, {module.env_steps:,} env steps, {trainer.global_step} updates",
+        f"done: {outcome}: {eval_text}; {seconds:.1f} s wall, {module.env_steps:,} env steps, "
+        f"{trainer.global_step} updates",
         f"  best checkpoint:  {best}",
-        f"  last checkpoint:  {last}  (resume: --ckpt_path {last})",
-        f"  videos:           {log_dir}/videos ({len(video.video_paths) if video else 0} mp4)",
-        f"  TensorBoard logs: {log_dir}  (tensorboard --logdir {Path(log_dir).parent.parent})",
+        f"  last checkpoint:  {last}" + ("  (resume: --ckpt_path last)" if last != "none" else ""),
     ]
+    if log_dir is not None:
+        lines.append(f"  videos:           {log_dir}/videos ({len(video.video_paths) if video else 0} mp4)")
+        lines.append(f"  TensorBoard logs: {log_dir}  (tensorboard --logdir {Path(log_dir).parent.parent})")
     return "\n".join(lines)
+
+
+#: Lightning's start-up lines the scripts and the CLI leave out: device availability, adverts, and the
+#: stop and restore notices (the start line and the report say the same, in env steps).
+_LIGHTNING_CHATTER = (
+    "GPU available:",
+    "TPU available:",
+    "HPU available:",
+    "\U0001f4a1 Tip:",
+    "`Trainer.fit` stopped:",
+    "Restoring states from the checkpoint path",
+    "Restored all states from the checkpoint",
+    "Loaded model weights from the checkpoint",
+)
+_LIGHTNING_LOGGERS = (
+    "lightning.pytorch.utilities.rank_zero",
+    "lightning.fabric.utilities.rank_zero",
+    "lightning_utilities.core.rank_zero",
+)
+
+
+class _DropChatter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith(_LIGHTNING_CHATTER)
+
+
+@contextmanager
+def quiet_lightning() -> Iterator[None]:
+    """Within the block, Lightning's informational start-up lines (GPU/TPU availability, tips, "fit
+    stopped", "restoring states") are not printed; its warnings and everything else are. The scripts
+    and the CLI run in it; nothing is filtered outside it."""
+    chatter = _DropChatter()
+    loggers = [logging.getLogger(name) for name in _LIGHTNING_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(chatter)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(chatter)
 
 
 def run_script(main: Any) -> None:
@@ -200,7 +361,8 @@ def run_script(main: Any) -> None:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     try:
-        main()
+        with quiet_lightning():
+            main()
     except SIGTERMException:
         print("stopped by SIGTERM: resume with --ckpt_path last", file=sys.stderr)
         sys.exit(143)

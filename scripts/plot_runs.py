@@ -5,9 +5,14 @@
         --run DQN lightning_logs/version_2 lightning_logs/version_3 \\
         --tag eval/episodic_return --out curves.png [--stat iqm|mean] [--show_runs] [--csv curves.csv]
 
+    python scripts/plot_runs.py lightning_logs/VPG-CartPole-v1 lightning_logs/DQN-CartPole-v1 --out curves.png
+
 ``--run LABEL RUN_DIR [RUN_DIR ...]`` (repeatable) is one group of runs, e.g. an algorithm over
-seeds. The older form ``RUN_DIR ... --labels NAME ...`` (one name per run) still works: runs that
-share a name form one group. Each RUN_DIR is one run: every event file under it is read (a resumed
+seeds. Positional RUN_DIRs are labelled by what ran: the scripts and the CLI log to
+``lightning_logs/<run>/version_N`` (``PPO-CartPole-v1``), so ``.../PPO-CartPole-v1/version_3`` is
+labelled ``PPO-CartPole-v1``, and the directory ``lightning_logs/PPO-CartPole-v1`` stands for all its
+``version_*`` runs; ``--labels NAME ...`` (one name per RUN_DIR) names them otherwise. Runs that share
+a label form one group. Each run is one directory: every event file under it is read (a resumed
 run's several files).
 
 Per group, every run's curve is resampled onto the union of the group's logged env steps by
@@ -384,6 +389,25 @@ def write_csv(aggregates: dict[str, Aggregate], stat: str, path: str | Path) -> 
                 )
 
 
+def run_label(run_dir: str | Path) -> str:
+    """A run's label from where it logged: ``lightning_logs/PPO-CartPole-v1/version_3`` ->
+    ``PPO-CartPole-v1``; a directory of another layout is its own label (its path)."""
+    path = Path(run_dir)
+    if path.name.startswith("version_") and path.parent.name not in ("", ".", "lightning_logs"):
+        return path.parent.name
+    return str(run_dir)
+
+
+def expand_runs(run_dir: str | Path) -> list[str]:
+    """``run_dir`` itself, or, for a directory of runs (``lightning_logs/PPO-CartPole-v1``: ``version_*``
+    subdirectories and no event file of its own), each of its runs in version order."""
+    path = Path(run_dir)
+    versions = [child for child in path.glob("version_*") if child.is_dir()]
+    if versions and not list(path.glob("events.out.tfevents.*")):
+        return [str(child) for child in sorted(versions, key=lambda child: int(child.name[8:] or 0))]
+    return [str(run_dir)]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     summary, _, details = __doc__.partition("\n\n")
     parser = argparse.ArgumentParser(
@@ -397,7 +421,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar=("LABEL", "RUN_DIR"),
         help="a label and its runs (repeat for each group)",
     )
-    parser.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="runs labelled by --labels (or their paths)")
+    parser.add_argument(
+        "run_dirs", nargs="*", metavar="RUN_DIR", help="runs (or directories of version_* runs), labelled by what ran"
+    )
     parser.add_argument("--labels", nargs="+", help="one name per positional RUN_DIR; equal names are aggregated")
     parser.add_argument("--tag", default="charts/episodic_return", help="the scalar to plot")
     parser.add_argument("--stat", choices=sorted(STATISTICS), default="iqm", help="the aggregate (default: iqm)")
@@ -409,7 +435,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.labels is not None and len(args.labels) != len(args.run_dirs):
         parser.error(f"--labels needs one name per RUN_DIR: {len(args.run_dirs)} runs, {len(args.labels)} labels")
-    run_dirs, labels = list(args.run_dirs), list(args.labels or args.run_dirs)
+    if args.labels is not None:
+        run_dirs, labels = list(args.run_dirs), list(args.labels)
+    else:
+        run_dirs = [run for run_dir in args.run_dirs for run in expand_runs(run_dir)]
+        labels = [run_label(run) for run in run_dirs]
     for group in args.run:
         if len(group) < 2:
             parser.error(f"--run needs a label and at least one RUN_DIR, got {group}")

@@ -26,9 +26,9 @@ from rl_lightning.scripting import (
 def main() -> None:
     # PPOModule(...) from the command line: a bad value exits with status 2 before training.
     module, args = parse_script_args(PPOModule, __doc__, max_steps=3_200, eval_every=2_048, video_every=50_000)
-    trainer = L.Trainer(log_every_n_steps=1, callbacks=watch_callbacks(args), **trainer_kwargs(args))
+    trainer = L.Trainer(log_every_n_steps=1, callbacks=watch_callbacks(args, module), **trainer_kwargs(args, module))
     start = time.perf_counter()
-    trainer.fit(module, **fit_kwargs(args, PPOModule))
+    trainer.fit(module, **fit_kwargs(args, module))
     if trainer.is_global_zero:
         print(report(trainer, module, time.perf_counter() - start))
 

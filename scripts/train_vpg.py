@@ -26,9 +26,9 @@ from rl_lightning.scripting import (
 def main() -> None:
     # VPGModule(...) from the command line: a bad value exits with status 2 before training.
     module, args = parse_script_args(VPGModule, __doc__, max_steps=50, eval_every=32_000, video_every=100_000)
-    trainer = L.Trainer(log_every_n_steps=1, callbacks=watch_callbacks(args), **trainer_kwargs(args))
+    trainer = L.Trainer(log_every_n_steps=1, callbacks=watch_callbacks(args, module), **trainer_kwargs(args, module))
     start = time.perf_counter()
-    trainer.fit(module, **fit_kwargs(args, VPGModule))
+    trainer.fit(module, **fit_kwargs(args, module))
     if trainer.is_global_zero:
         print(report(trainer, module, time.perf_counter() - start))
 

@@ -48,8 +48,8 @@ def _printed_config(args: list[str], capsys) -> str:
     return capsys.readouterr().out
 
 
-def _version_0(root: Path) -> Path:
-    return root / "lightning_logs" / "version_0"
+def _version_0(root: Path, run: str = "VPG-CartPole-v1") -> Path:
+    return root / "lightning_logs" / run / "version_0"
 
 
 def test_python_m_rl_lightning_fits_the_vpg_config_and_saves_checkpoint_and_config(tmp_path):
@@ -142,8 +142,8 @@ def test_dqn_config_fits_with_tiny_settings(tmp_path):
     cli = make_cli(["fit", "--config", str(DQN_CONFIG), *TINY_DQN, "--trainer.default_root_dir", str(tmp_path)])
     assert cli.trainer.global_step == 5
     assert cli.model.hparams.buffer_size == 64
-    assert (_version_0(tmp_path) / "config.yaml").is_file()
-    assert (_version_0(tmp_path) / "checkpoints" / "last.ckpt").is_file()
+    assert (_version_0(tmp_path, "DQN-CartPole-v1") / "config.yaml").is_file()
+    assert (_version_0(tmp_path, "DQN-CartPole-v1") / "checkpoints" / "last.ckpt").is_file()
 
 
 def test_bf16_mixed_precision_fits_vpg_on_cpu(tmp_path):
@@ -208,16 +208,27 @@ def test_fit_validate_and_test_are_the_subcommands(capsys):
 
 
 @pytest.mark.parametrize(("subcommand", "prefix"), [("validate", "eval"), ("test", "test")])
-def test_validate_and_test_a_checkpoint_take_class_and_hyperparameters_from_it(tmp_path, subcommand, prefix):
+def test_validate_and_test_a_checkpoint_take_class_and_hyperparameters_from_it(tmp_path, subcommand, prefix, capsys):
     """`rl-lightning validate --ckpt_path X`: no --model or --config needed; the greedy policy runs
-    RLModule.eval_episodes episodes on the checkpoint's env."""
+    RLModule.eval_episodes episodes on the checkpoint's env, prints one line and writes nothing."""
     root = ["--trainer.default_root_dir", str(tmp_path)]
     tiny = ["--model", "PPOModule", "--model.env_id", "Probe3-v0", "--model.num_envs", "4"]
     make_cli(["fit", *tiny, "--model.num_steps_per_rollout", "8", "--trainer.max_steps", "16", *root])
-    [checkpoint] = tmp_path.glob("lightning_logs/version_0/checkpoints/*.ckpt")
+    [checkpoint] = tmp_path.glob("lightning_logs/PPO-Probe3-v0/version_0/checkpoints/*.ckpt")
+    before = sorted(tmp_path.rglob("*"))
+    capsys.readouterr()
     cli = make_cli([subcommand, "--ckpt_path", str(checkpoint), *root])
     assert type(cli.model).__name__ == "PPOModule" and cli.model.hparams.env_id == "Probe3-v0"
     assert cli.trainer.callback_metrics[f"{prefix}/episodic_return"] == 1.0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        f"{subcommand}: greedy {prefix} return 1.0 +- 0.0, length 2.0, 32 episodes of PPOModule on Probe3-v0 "
+        f"from {checkpoint}; nothing written"
+    ]
+    # Neither Lightning's results table, "Please add the following callbacks", "The dirpath has changed" nor
+    # a new version_N with a config.yaml.
+    assert "callbacks" not in err and "dirpath" not in err and "DataLoader" not in out
+    assert sorted(tmp_path.rglob("*")) == before
 
 
 def test_validate_without_a_model_or_checkpoint_says_what_is_needed(capsys):
@@ -272,3 +283,33 @@ def test_each_ppo_config_fits_a_few_updates(config_path, tmp_path):
     assert cli.model.hparams.env_id == args["env_id"]
     assert cli.model.env_steps == 2 * args["num_envs"] * args["num_steps_per_rollout"]
     assert len(PPO_CONFIGS) == 4
+
+
+def test_fit_prints_a_start_line_and_the_scripts_summary_and_names_its_log_directory(tmp_path, capsys):
+    cli = make_cli(["fit", "--config", str(VPG_CONFIG), *TINY_VPG, f"--trainer.default_root_dir={tmp_path}"])
+    lines = capsys.readouterr().out.splitlines()
+    run_dir = _version_0(tmp_path)
+    assert cli.trainer.log_dir == str(run_dir)
+    assert lines[0] == (
+        "VPGModule on CartPole-v1, 10,934 parameters, 8 envs: up to 320 env steps (2 updates), until the greedy "
+        f"eval return reaches 475; logs in {run_dir}"
+    )
+    assert lines[-5].startswith("done: budget used up, not solved: greedy eval return ")
+    assert lines[-5].endswith(" 320 env steps, 2 updates")
+    assert lines[-3] == f"  last checkpoint:  {run_dir / 'checkpoints' / 'last.ckpt'}  (resume: --ckpt_path last)"
+
+
+def test_total_env_steps_sizes_a_cli_run_in_env_steps(tmp_path, capsys):
+    """--total_env_steps replaces the config's max_steps: 1,000 env steps of 8 x 20 are 7 rollouts (1,120)."""
+    cli = make_cli(
+        [
+            "fit",
+            "--config",
+            str(VPG_CONFIG),
+            *TINY_VPG,
+            "--total_env_steps=1000",
+            f"--trainer.default_root_dir={tmp_path}",
+        ]
+    )
+    assert cli.model.env_steps == 1_120 and cli.trainer.global_step == 7
+    assert "up to 1,120 env steps (7 updates)" in capsys.readouterr().out

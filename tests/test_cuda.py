@@ -111,6 +111,7 @@ def test_fit_act_evaluate_and_export_on_the_gpu(cls, kwargs, precision, tmp_path
     assert result.returns.is_cuda and (result.returns >= 1).all()
 
 
+@pytest.mark.learning
 def test_dqn_solves_cartpole_on_the_gpu_greedy_mean_return_at_least_475_over_32_episodes():
     from lightning.pytorch.callbacks import EarlyStopping
 

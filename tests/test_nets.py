@@ -82,6 +82,42 @@ def test_default_policy_is_the_120_84_mlp_with_the_same_init_as_a_plain_stack():
     assert sum(p.numel() for p in QNetwork((4,), 2).parameters()) == 10_934
 
 
+def test_the_seeds_q_network_contract_as_written():
+    """The seeds' DQN page, its test verbatim: ``layers`` is an nn.Sequential, no final ReLU, 10,934 parameters."""
+    net = QNetwork(obs_shape=(4,), num_actions=2)
+    n_params = sum((p.nelement() for p in net.parameters()))  # noqa: UP034 (as the seed writes it)
+    assert isinstance(getattr(net, "layers", None), nn.Sequential)
+    assert not isinstance(net.layers[-1], nn.ReLU)
+    assert n_params == 10934
+
+
+@pytest.mark.parametrize("cls", [QNetwork, PolicyNetwork])
+def test_vector_networks_are_one_linear_relu_linear_relu_linear_sequential(cls):
+    net = cls((4,), 2)
+    assert [type(layer) for layer in net.layers] == [nn.Linear, nn.ReLU, nn.Linear, nn.ReLU, type(net.head)]
+    assert isinstance(net.head, nn.Linear) and net.head is net.layers[-1]
+    assert [layer.out_features for layer in net.layers if isinstance(layer, nn.Linear)] == [120, 84, 2]
+    # encoder and head are views of the same modules: the parameters and the state dict are layers' alone
+    assert all(a is b for a, b in zip(net.encoder, net.layers[:-1], strict=True))
+    assert sum(p.numel() for p in net.parameters()) == 10_934
+    assert all(key.startswith("layers.") for key in net.state_dict())
+    obs = torch.randn(5, 4)
+    torch.testing.assert_close(net(obs), net.head(net.encoder(obs)))
+
+
+def test_a_state_dict_with_the_older_encoder_and_head_names_still_loads():
+    net = QNetwork((4,), 2)
+    old_names = {
+        key.replace("layers.4.", "head.").replace("layers.", "encoder."): value
+        for key, value in net.state_dict().items()
+    }
+    assert "head.weight" in old_names and "encoder.0.weight" in old_names
+    again = QNetwork((4,), 2)
+    again.load_state_dict(old_names)
+    obs = torch.randn(3, 4)
+    torch.testing.assert_close(again(obs), net(obs))
+
+
 def test_policy_network_for_a_box_space_is_gaussian_and_samples_unclipped_actions():
     policy = PolicyNetwork(gym.spaces.Box(-1, 1, (1,)), gym.spaces.Box(-1.0, 1.0, (2,), dtype=np.float32))
     assert isinstance(policy.head, GaussianHead)

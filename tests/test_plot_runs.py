@@ -270,3 +270,22 @@ def test_cli_rejects_bad_run_arguments(tmp_path):
         plot_runs.main(["--run", "VPG", *out])
     with pytest.raises(SystemExit):  # no runs at all
         plot_runs.main(out)
+
+
+def test_cli_labels_runs_by_what_ran_and_takes_a_directory_of_runs(tmp_path):
+    """The scripts and the CLI log to lightning_logs/<run>/version_N: a run is labelled by <run>, and
+    lightning_logs/<run> stands for its version_* runs."""
+    logs = tmp_path / "lightning_logs"
+    for version in range(3):
+        _write_run(logs / "VPG-CartPole-v1" / f"version_{version}", [v + version for v in RETURNS], True)
+    _write_run(logs / "DQN-CartPole-v1" / "version_0", step_is_env_steps=True)
+    assert plot_runs.run_label(logs / "VPG-CartPole-v1" / "version_2") == "VPG-CartPole-v1"
+    assert plot_runs.run_label(logs / "version_2") == str(logs / "version_2")  # a Trainer's default layout
+    out = tmp_path / "plot.png"
+
+    plot_runs.main([str(logs / "VPG-CartPole-v1"), str(logs / "DQN-CartPole-v1" / "version_0"), "--out", str(out)])
+
+    _, rows = _read_csv(tmp_path / "plot.csv")
+    assert _column(rows, "VPG-CartPole-v1", "num_runs") == [3, 3, 3, 3]
+    np.testing.assert_allclose(_column(rows, "VPG-CartPole-v1", "iqm"), np.array(RETURNS) + 1.0)
+    assert _column(rows, "DQN-CartPole-v1", "num_runs") == [1, 1, 1, 1]

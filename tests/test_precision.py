@@ -77,6 +77,7 @@ def _assert_close_in_fp32_and_bf16(network: torch.nn.Module, obs, expected, tole
 # -- probes -------------------------------------------------------------------------------
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize(("probe", "env_steps", "obs", "expected_probs"), VPG_PROBES)
 def test_vpg_bf16_mixed_learns_probe_policy_within_bf16_eps(probe, env_steps, obs, expected_probs):
     """Settings of tests/algos/test_vpg_learning.py; action probabilities within max(2e-3, eps)
@@ -88,6 +89,7 @@ def test_vpg_bf16_mixed_learns_probe_policy_within_bf16_eps(probe, env_steps, ob
     _assert_close_in_fp32_and_bf16(module.policy_network, obs, expected_probs, tolerance, softmax=True)
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("probe", sorted(DQN_PROBES))
 def test_dqn_bf16_mixed_learns_probe_q_values_within_bf16_eps(probe):
     """Settings of tests/algos/test_dqn_probes.py; Q-values within max(seed tolerance, eps) both
@@ -185,6 +187,7 @@ def test_dqn_td_targets_and_loss_are_float32_under_bf16_autocast(monkeypatch):
 # -- CartPole -------------------------------------------------------------------------------
 
 
+@pytest.mark.learning
 def test_vpg_bf16_mixed_improves_on_cartpole():
     """Default VPG (32 envs x 500 steps, seed 1) under bf16-mixed: from a random policy's ~22 the
     mean first-episode return reaches >= 300 within 15 updates (measured: 23.5 -> max 476.6,

@@ -154,24 +154,24 @@ def test_a_warm_up_longer_than_the_buffer_is_refused():
 
 def test_sigterm_during_a_long_warm_up_exits_143_and_leaves_a_resumable_checkpoint(tmp_path):
     """A warm-up of 1,000,000 random env steps of one env (minutes): SIGTERM, sent once fit has
-    started (the model summary is printed), must stop it within seconds with exit code 143, and the
+    started (the start line is printed), must stop it within seconds with exit code 143, and the
     resumed run must continue from where it stopped."""
     args = ("--num_envs", "1", "--learning_starts", "1000000", "--buffer_size", "1000000", "--max_steps", "10")
     process = _script("train_dqn.py", *args, "--no_video", cwd=tmp_path)
-    stderr_lines = []
-    while not any("Total params" in line for line in stderr_lines):  # Lightning's handlers are installed
-        line = process.stderr.readline()
-        assert line, "".join(stderr_lines)[-2000:]  # the script ended before fitting
-        stderr_lines.append(line)
+    stdout_lines = []
+    # The start line is printed when training starts: Lightning's signal handlers are installed.
+    while not any(line.startswith("DQNModule on CartPole-v1") for line in stdout_lines):
+        line = process.stdout.readline()
+        assert line, "".join(stdout_lines)[-2000:] + process.stderr.read()[-2000:]  # it ended before fitting
+        stdout_lines.append(line)
     time.sleep(2)  # well into the warm-up
     sent = time.monotonic()
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
-    stderr = "".join(stderr_lines) + stderr
     assert time.monotonic() - sent < 20
     assert process.returncode == 143, stderr[-2000:]
     assert "resume with --ckpt_path last" in stderr
-    [checkpoint] = tmp_path.glob("lightning_logs/version_*/checkpoints/last.ckpt")
+    [checkpoint] = tmp_path.glob("lightning_logs/DQN-CartPole-v1/version_*/checkpoints/last.ckpt")
     saved = torch.load(checkpoint, weights_only=False)
     stopped_at = saved["rl_lightning"]["env_steps"]
     assert 0 < stopped_at < 1_000_000

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from rl_lightning import DQNModule, PPOModule, VPGModule
-from rl_lightning.scripting import parse_script_args, trainer_kwargs
+from rl_lightning.callbacks import EnvStepBudget
+from rl_lightning.scripting import parse_script_args, trainer_kwargs, watch_callbacks
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = {"train_vpg.py": VPGModule, "train_dqn.py": DQNModule, "train_ppo.py": PPOModule}
@@ -63,7 +64,7 @@ def test_train_vpg_script_trains_logs_and_checkpoints(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "480 env steps, 2 updates" in result.stdout
     assert "greedy eval return" in result.stdout
-    run = tmp_path / "lightning_logs" / "version_0"
+    run = tmp_path / "lightning_logs" / "VPG-CartPole-v1" / "version_0"  # the directory says what ran
     checkpoints = sorted(path.name for path in (run / "checkpoints").glob("*.ckpt"))
     assert len(checkpoints) == 2 and "last.ckpt" in checkpoints and checkpoints[0].startswith("best-")
     assert all(name in result.stdout for name in checkpoints)
@@ -101,7 +102,7 @@ def test_train_vpg_script_resumes_from_last(tmp_path):
     first = run("--max_steps", "2")
     assert "480 env steps, 2 updates" in first
     resumed = run("--max_steps", "4", "--ckpt_path", "last")
-    assert "version_0/checkpoints/last.ckpt" in resumed  # Lightning's "Restoring states from ..."
+    assert "resumed from lightning_logs/VPG-CartPole-v1/version_0/checkpoints/last.ckpt at env step 480" in resumed
     assert "960 env steps, 4 updates" in resumed  # the counters went on from 480 and 2
 
 
@@ -118,7 +119,7 @@ def test_train_dqn_script_trains_evaluates_and_checkpoints(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     # 64 random warm-up steps, then 30 updates of one vectorised step of 4 envs.
     assert "184 env steps, 30 updates" in result.stdout
-    run = tmp_path / "lightning_logs" / "version_0"
+    run = tmp_path / "lightning_logs" / "DQN-CartPole-v1" / "version_0"
     assert (run / "checkpoints" / "last.ckpt").is_file()
     # Greedy clips at the first update (68 env steps) and when the env steps first reach 100.
     assert sorted(path.name for path in (run / "videos").glob("*.mp4")) == ["step_100.mp4", "step_68.mp4"]
@@ -164,7 +165,9 @@ def test_bools_nones_and_trainer_flags():
     assert module.hparams.tau == 0.01 and module.hparams.learning_starts == 64
     assert args.no_video is True and args.no_stop_when_solved is False and args.ckpt_path == "last"
     assert torch.get_num_threads() == 2
-    assert trainer_kwargs(args) == dict(
+    kwargs = trainer_kwargs(args, module)
+    logger = kwargs.pop("logger")
+    assert kwargs == dict(
         accelerator="cpu",
         devices="auto",
         strategy="auto",
@@ -172,7 +175,9 @@ def test_bools_nones_and_trainer_flags():
         precision="32-true",
         max_steps=7,
         default_root_dir=".",
+        enable_model_summary=False,
     )
+    assert Path(logger.log_dir).parent == Path("lightning_logs") / "DQN-CartPole-v1"
     assert _parse(DQNModule, "--devices", "2")[1].devices == 2
 
 
@@ -249,3 +254,93 @@ def test_bad_values_exit_with_status_2_naming_the_option(script, argv, message, 
     assert _run_script_in_process(script, *argv, monkeypatch=monkeypatch) == 2
     stderr = capsys.readouterr().err
     assert message in stderr and f"usage: {script}" in stderr
+
+
+def test_a_default_script_run_prints_nothing_but_the_projects_own_lines(tmp_path):
+    """No Lightning tips, GPU/TPU lines, progress-bar override notice, model summary or LeafSpec warning:
+    a start line, status lines, and the summary."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "train_vpg.py"), "--max_steps", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    run_dir = "lightning_logs/VPG-CartPole-v1/version_0"
+    assert lines[0] == (
+        "VPGModule on CartPole-v1, 10,934 parameters, 32 envs: up to 32,000 env steps (2 updates), until the "
+        f"greedy eval return reaches 475; logs in {run_dir}"
+    )
+    patterns = [
+        r"env steps [\d,]+/32,000 \(\d+%\), [\d.]+ s(, ETA [\d.]+ s)?(, SPS [\d,]+)?"
+        r"(, return [-\d.]+)?(, eval [-\d.]+)?",
+        r"done: (solved|budget used up, not solved): greedy eval return [-\d.]+ \+- [\d.]+ \([<>=]+ 475\); "
+        r"[\d.]+ s wall, 32,000 env steps, 2 updates",
+        rf"  best checkpoint:  {run_dir}/checkpoints/best-epoch=\d+-step=\d+\.ckpt",
+        rf"  last checkpoint:  {run_dir}/checkpoints/last\.ckpt  \(resume: --ckpt_path last\)",
+        rf"  videos:           {run_dir}/videos \(1 mp4\)",
+        rf"  TensorBoard logs: {run_dir}  \(tensorboard --logdir lightning_logs\)",
+    ]
+    for line in lines[1:]:
+        assert any(re.fullmatch(pattern, line) for pattern in patterns), line
+    assert lines[-5].startswith("done: ")
+
+
+def test_total_env_steps_sizes_the_run_in_env_steps(tmp_path):
+    """--total_env_steps (SB3's total_timesteps) instead of --max_steps: PPO's 16 x 32 rollouts, 2,000 env
+    steps -> 4 rollouts (2,048) of 16 updates; the progress bar and the LR schedule plan over them."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "train_ppo.py"), "--total_env_steps", "2000", "--no_video"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "up to 2,048 env steps (64 updates)" in result.stdout.splitlines()[0]
+    assert "2,048 env steps, 64 updates" in result.stdout
+
+
+def test_total_env_steps_and_max_steps_are_one_budget_each():
+    module, args = _parse(PPOModule, "--total_env_steps", "5000")
+    kwargs = trainer_kwargs(args, module)
+    assert kwargs["max_steps"] == -1 and kwargs["max_epochs"] == -1
+    [budget] = [callback for callback in watch_callbacks(args, module) if isinstance(callback, EnvStepBudget)]
+    assert budget.total_env_steps == 5000
+    assert trainer_kwargs(*reversed(_parse(PPOModule)))["max_steps"] == 10  # the script's default budget
+    with pytest.raises(SystemExit) as exit_info:
+        _parse(PPOModule, "--total_env_steps", "5000", "--max_steps", "20")
+    assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("env_id", "argv", "threshold"),
+    [
+        ("CartPole-v1", [], 475.0),
+        ("Acrobot-v1", [], -100.0),
+        ("Pendulum-v1", [], -200.0),
+        ("MountainCar-v0", [], -110.0),
+        ("MountainCarContinuous-v0", [], 90.0),
+        ("FrozenLake-v1", [], 0.7),  # gymnasium's spec.reward_threshold
+        ("Acrobot-v1", ["--solved_return", "-80"], -80.0),
+        ("Probe1-v0", [], None),  # none known: no early stop, and the start line says so
+        ("CartPole-v1", ["--no_stop_when_solved"], None),
+    ],
+)
+def test_solved_return_defaults_per_env(env_id, argv, threshold):
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    from rl_lightning.scripting import StartLine
+
+    module, args = _parse(PPOModule, "--env_id", env_id, *argv)
+    callbacks = watch_callbacks(args, module)
+    stoppers = [callback for callback in callbacks if isinstance(callback, EarlyStopping)]
+    assert [stopper.stopping_threshold for stopper in stoppers] == ([] if threshold is None else [threshold])
+    [start_line] = [callback for callback in callbacks if isinstance(callback, StartLine)]
+    if env_id == "Probe1-v0":
+        assert start_line.note == "no solved return known for Probe1-v0: trains for the whole budget " + (
+            "(--solved_return R stops it at R)"
+        )

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.apply_func import move_data_to_device
@@ -53,12 +54,20 @@ _SUPPORTED_PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed")
 # length Lightning does not prefetch, which keeps on-policy data on-policy; they run in the main
 # process, so its multi-worker caveat does not apply), on-policy epochs can be shorter than
 # log_every_n_steps (their charts are logged per epoch), and validation is empty during fit.
-# Silenced during fit only.
+# Lightning 2.6's own pytree helper trips torch >= 2.10's LeafSpec deprecation on every run (nothing
+# a user can act on). Silenced while the Trainer runs the module (setup to teardown), never on import.
 _EXPECTED_WARNINGS = (
     r"Your `IterableDataset` has `__len__` defined",
     r"The number of training batches \(\d+\) is smaller than the logging interval",
     # val_dataloader is empty during fit on purpose (greedy evaluation is the Evaluation callback's)
     r"Total length of `list` across ranks is zero",
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+)
+# validate / test of a checkpoint play greedy episodes: the training callbacks' states it holds (and
+# where its checkpoints were written) do not matter there.
+_EXPECTED_EVALUATION_WARNINGS = (
+    r"Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided",
+    r"The dirpath has changed from",
 )
 
 
@@ -120,7 +129,7 @@ class RLModule(L.LightningModule):
         self._last_log: tuple[float, int] | None = None  # (time, env_steps) for SPS
         self._epoch_metrics: dict[str, tuple[Tensor | float, int]] = {}  # per-epoch algorithms
         self._finite: Tensor | None = None  # whether losses and weights stayed finite (see _check_numerics)
-        self._warnings_scope: warnings.catch_warnings | None = None  # during fit
+        self._warnings_scope: warnings.catch_warnings | None = None  # from setup to teardown
 
     # -- what a subclass provides ----------------------------------------------------------
 
@@ -172,6 +181,22 @@ class RLModule(L.LightningModule):
         collections = math.ceil(optimizer_steps / per_collection)
         return self.warmup_env_steps() + round(collections * per_collection * self.env_steps_per_training_step)
 
+    def optimizer_steps_for(self, total_env_steps: int) -> int:
+        """The fewest optimizer steps of a run that takes at least ``total_env_steps`` env steps (all
+        processes, warm-up included, whole collections, at least one): the inverse of
+        :meth:`planned_env_steps`, for budgets in env steps (SB3's ``total_timesteps``)."""
+        check_int("total_env_steps", total_env_steps, 1)
+        per_collection = self.training_steps_per_collection
+        env_steps_per_collection = per_collection * self.env_steps_per_training_step
+        collections = max(math.ceil((total_env_steps - self.warmup_env_steps()) / env_steps_per_collection), 1)
+        return collections * per_collection
+
+    @property
+    def run_name(self) -> str:
+        """What ran, as a log directory name: ``"PPO-CartPole-v1"`` (``ALE/Pong-v5`` -> ``ALE_Pong-v5``)."""
+        algorithm = self.algorithm_name().removesuffix("Module")
+        return f"{algorithm}-{self.hparams.env_id}".replace("/", "_").replace("\\", "_")
+
     # -- envs and data -------------------------------------------------------------------
 
     def make_envs(self, num_envs: int, seed: int, render: bool = False) -> VectorEnv:
@@ -220,18 +245,22 @@ class RLModule(L.LightningModule):
     # -- acting ---------------------------------------------------------------------------
 
     @torch.no_grad()
-    def act(self, obs: Any, greedy: bool = False) -> Tensor:
-        """Actions for observations ``(*batch, *obs_shape)`` (a tensor or an array, e.g. from a
-        gymnasium env; one observation gives one action): the most likely ones if ``greedy``, else
-        sampled from the policy (with torch's global RNG).
+    def act(self, obs: Any, greedy: bool = False) -> Tensor | np.ndarray | np.generic:
+        """Actions for observations ``(*batch, *obs_shape)`` (one observation gives one action): the
+        most likely ones if ``greedy``, else sampled from the policy (with torch's global RNG).
+
+        Tensors in, tensors out (on the module's device); anything else (a numpy array from a
+        gymnasium env, a list) gives numpy, so ``env.step(module.act(obs))`` works on a gymnasium
+        env: a numpy int for one ``Discrete`` observation, an array otherwise.
 
         Returns:
             ``(*batch, *action_shape)``: int64 for ``Discrete`` actions, float32 for ``Box``.
         """
         check_bool("greedy", greedy)
+        tensor_in = isinstance(obs, Tensor)
         obs, batch_shape = self._batch_of_observations(obs)
-        actions = self.policy_actions(obs, greedy)
-        return actions.reshape((*batch_shape, *self.action_shape))
+        actions = self.policy_actions(obs, greedy).reshape((*batch_shape, *self.action_shape))
+        return actions if tensor_in else as_numpy(actions)
 
     def _batch_of_observations(self, obs: Any) -> tuple[Tensor, torch.Size]:
         """``obs`` as a ``(batch, *obs_shape)`` tensor of the env's dtype on the module's device, and
@@ -479,6 +508,12 @@ class RLModule(L.LightningModule):
                 "fresh experience and the schedules count env steps per optimizer step; for bigger updates raise "
                 "num_envs, num_steps_per_rollout or batch_size instead"
             )
+        if self._warnings_scope is None:  # left in teardown (or on_exception)
+            self._warnings_scope = warnings.catch_warnings()
+            self._warnings_scope.__enter__()
+            expected = _EXPECTED_WARNINGS + (_EXPECTED_EVALUATION_WARNINGS if stage in ("validate", "test") else ())
+            for message in expected:
+                warnings.filterwarnings("ignore", message=message)
         # Checkpoints written atomically (and failures raised), unless the user chose a CheckpointIO.
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
@@ -491,15 +526,11 @@ class RLModule(L.LightningModule):
         """Lightning's default progress bar is replaced by :class:`~rl_lightning.progress.RLProgressBar`
         (one bar over the run's env steps); subclasses add theirs to ``super().configure_callbacks()``."""
         if self._trainer is not None and type(self.trainer.progress_bar_callback) is TQDMProgressBar:
-            return [RLProgressBar()]
+            # Swapped in place rather than returned: a returned subclass of TQDMProgressBar makes
+            # Lightning say it "will override existing callbacks passed to Trainer", which the user did not pass.
+            callbacks = self.trainer.callbacks
+            callbacks[callbacks.index(self.trainer.progress_bar_callback)] = RLProgressBar()
         return []
-
-    def on_fit_start(self) -> None:
-        if self._warnings_scope is None:
-            self._warnings_scope = warnings.catch_warnings()
-            self._warnings_scope.__enter__()
-            for message in _EXPECTED_WARNINGS:
-                warnings.filterwarnings("ignore", message=message)
 
     def on_train_start(self) -> None:
         self._last_log = (time.perf_counter(), self.env_steps)
@@ -607,6 +638,12 @@ class RLModule(L.LightningModule):
                     f"for {env_id!r}, this module with hidden_sizes={self.hparams.get('hidden_sizes')} for "
                     f"{self.hparams.env_id!r}"
                 )
+
+
+def as_numpy(tensor: Tensor) -> np.ndarray | np.generic:
+    """``tensor`` as a numpy array on the host; a 0-d tensor as a numpy scalar (``np.int64(1)``)."""
+    array = tensor.detach().cpu().numpy()
+    return array[()] if array.ndim == 0 else array
 
 
 class _GreedyActor:

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_lightning._checks import check_bool, check_choice, check_float, check_int, check_sizes
-from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.base import RLModule, as_numpy
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
 from rl_lightning.data.actor_critic import ActorCriticSource, PPOBatch, RecurrentActorCriticSource, RecurrentPPOBatch
 from rl_lightning.data.normalization import ObservationNormalizer, RewardScaler
@@ -281,15 +281,15 @@ class PPOModule(RLModule):
         return GreedyPolicy(self.model.actor, self.obs_normalizer)
 
     @torch.no_grad()
-    def act(
-        self, obs: Any, greedy: bool = False, state: Tensor | None = None, episode_start: Any = None
-    ) -> Tensor | tuple[Tensor, Tensor]:
+    def act(self, obs: Any, greedy: bool = False, state: Tensor | None = None, episode_start: Any = None) -> Any:
         """Actions for ``obs`` as :meth:`RLModule.act`; for a recurrent policy also the state: it
         takes the ``state`` from the previous call (None: zeros) and ``episode_start`` (bool per
-        observation: zero the state first; None: no new episode) and returns ``(actions, state)``."""
+        observation: zero the state first; None: no new episode) and returns ``(actions, state)``
+        (the actions numpy for a numpy observation, the state always a tensor)."""
         if not self.recurrent:
             return super().act(obs, greedy)
         check_bool("greedy", greedy)
+        tensor_in = isinstance(obs, Tensor)
         obs, batch_shape = self._batch_of_observations(obs)
         batch = obs.shape[0]
         state = self.model.initial_state(batch, self.device) if state is None else state.to(self.device)
@@ -305,7 +305,8 @@ class PPOModule(RLModule):
             obs = self.obs_normalizer(obs)
         actions, params, state = self.model.act(obs, state, episode_start, greedy)
         self.check_finite_outputs(params, "policy's outputs")
-        return actions.reshape((*batch_shape, *self.action_shape)), state
+        actions = actions.reshape((*batch_shape, *self.action_shape))
+        return (actions if tensor_in else as_numpy(actions)), state
 
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
         if self.recurrent:  # one step from a zero state (use act with a state for more)

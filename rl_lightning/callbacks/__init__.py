@@ -1,5 +1,6 @@
-"""Callbacks keyed on environment steps: schedules, target sync, evaluation and videos."""
+"""Callbacks keyed on environment steps: the budget, schedules, target sync, evaluation and videos."""
 
+from rl_lightning.callbacks.budget import EnvStepBudget
 from rl_lightning.callbacks.epsilon import EpsilonDecay
 from rl_lightning.callbacks.evaluation import Evaluation, evaluate_policy
 from rl_lightning.callbacks.interrupt import CheckpointOnStop
@@ -9,6 +10,7 @@ from rl_lightning.callbacks.video import GridVideoLogger
 
 __all__ = [
     "CheckpointOnStop",
+    "EnvStepBudget",
     "EpsilonDecay",
     "Evaluation",
     "GridVideoLogger",

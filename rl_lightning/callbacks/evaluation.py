@@ -19,10 +19,21 @@ from rl_lightning.protocols import RLModuleProtocol, require
 
 
 class EvalResult(NamedTuple):
-    """Undiscounted return and length of each evaluation episode."""
+    """Undiscounted return and length of each evaluation episode, and (as SB3's ``evaluate_policy``
+    gives them) the mean and the standard deviation of the returns."""
 
     returns: Tensor
     lengths: Tensor
+
+    @property
+    def mean(self) -> float:
+        """The mean return."""
+        return self.returns.float().mean().item()
+
+    @property
+    def std(self) -> float:
+        """The standard deviation of the returns (over the episodes, not an estimate's: numpy's and SB3's)."""
+        return self.returns.float().std(correction=0).item()
 
 
 @torch.no_grad()
@@ -47,7 +58,8 @@ def evaluate_policy(
         max_episode_steps: safety cap for envs without a time limit.
 
     Returns:
-        float32 ``(num_episodes,)`` returns and lengths of each episode.
+        float32 ``(num_episodes,)`` returns and lengths of each episode; ``.mean`` and ``.std`` of
+        the returns as floats.
     """
     check_int("max_episode_steps", max_episode_steps, 1)
     act = _greedy(policy)

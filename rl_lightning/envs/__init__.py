@@ -18,16 +18,18 @@ from rl_lightning.envs.probes import (
     Probe4,
     Probe5,
 )
-from rl_lightning.envs.registry import make_envs, register, registered_env_ids
+from rl_lightning.envs.registry import make_envs, register, registered_env_ids, solved_return
 
-register("CartPole-v1", CartPole)
-register("CartPole-gpu", CartPole)  # the seeds' name, kept as an alias
-register("CartPoleNoVel-v1", CartPoleNoVel)
-register("MemoryProbe-v0", MemoryProbe)
-register("Acrobot-v1", Acrobot)
-register("MountainCar-v0", MountainCar)
-register("MountainCarContinuous-v0", MountainCarContinuous)
-register("Pendulum-v1", Pendulum)
+# solved_return: gymnasium's reward_threshold where it has one; Pendulum-v1 has none, -200 is the
+# usual bar (RL Zoo, CleanRL); MemoryProbe's optimum is 1.
+register("CartPole-v1", CartPole, solved_return=475.0)
+register("CartPole-gpu", CartPole, solved_return=475.0)  # the seeds' name, kept as an alias
+register("CartPoleNoVel-v1", CartPoleNoVel, solved_return=475.0)
+register("MemoryProbe-v0", MemoryProbe, solved_return=1.0)
+register("Acrobot-v1", Acrobot, solved_return=-100.0)
+register("MountainCar-v0", MountainCar, solved_return=-110.0)
+register("MountainCarContinuous-v0", MountainCarContinuous, solved_return=90.0)
+register("Pendulum-v1", Pendulum, solved_return=-200.0)
 for _probe in (Probe1, Probe2, Probe3, Probe4, Probe5, ContinuousProbe1, ContinuousProbe2, ImageProbe5):
     register(f"{_probe.__name__}-v0", _probe)
 
@@ -53,4 +55,5 @@ __all__ = [
     "make_envs",
     "register",
     "registered_env_ids",
+    "solved_return",
 ]

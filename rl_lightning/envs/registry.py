@@ -11,17 +11,22 @@ from typing import Any
 
 import torch
 
-from rl_lightning._checks import check_choice, check_str
+from rl_lightning._checks import check_choice, check_float, check_str
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv, gymnasium_spec
 
 EnvFactory = Callable[..., VectorEnv]
 _REGISTRY: dict[str, EnvFactory] = {}
+_SOLVED_RETURNS: dict[str, float] = {}
 BACKENDS = ("auto", "torch", "gymnasium")
 
 
-def register(env_id: str, factory: EnvFactory, *, overwrite: bool = False) -> None:
+def register(env_id: str, factory: EnvFactory, *, overwrite: bool = False, solved_return: float | None = None) -> None:
     """Register ``factory(num_envs, seed, device) -> VectorEnv`` under ``env_id``.
+
+    Args:
+        solved_return: the mean return at which the env counts as solved (gymnasium's
+            ``reward_threshold``), or None if it has none.
 
     Raises:
         ValueError: if ``env_id`` is taken and ``overwrite`` is False.
@@ -32,7 +37,26 @@ def register(env_id: str, factory: EnvFactory, *, overwrite: bool = False) -> No
         raise TypeError(f"factory must be callable, got {type(factory).__name__}")
     if env_id in _REGISTRY and not overwrite:
         raise ValueError(f"env_id {env_id!r} is already registered (pass overwrite=True to replace it)")
+    if solved_return is not None:
+        check_float("solved_return", solved_return)
     _REGISTRY[env_id] = factory
+    _SOLVED_RETURNS.pop(env_id, None)
+    if solved_return is not None:
+        _SOLVED_RETURNS[env_id] = float(solved_return)
+
+
+def solved_return(env_id: str) -> float | None:
+    """The mean return at which ``env_id`` counts as solved: the native env's (CartPole-v1 475,
+    Acrobot-v1 -100, Pendulum-v1 -200, MountainCar-v0 -110, MountainCarContinuous-v0 90), else
+    gymnasium's ``spec.reward_threshold``; None where neither says (no early stop by default)."""
+    check_str("env_id", env_id)
+    if env_id in _REGISTRY:
+        return _SOLVED_RETURNS.get(env_id)
+    try:
+        threshold = gymnasium_spec(env_id).reward_threshold
+    except ValueError:
+        return None
+    return None if threshold is None else float(threshold)
 
 
 def registered_env_ids() -> list[str]:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from rl_lightning import DQNModule, RLModule, VPGModule
+from rl_lightning import DQNModule, PPOModule, RLModule, VPGModule
 from rl_lightning.callbacks import Evaluation
 from rl_lightning.data import RolloutSource, RolloutTensors
 from rl_lightning.nets import PolicyNetwork
@@ -52,6 +52,7 @@ class MinimalPolicyGradient(RLModule):
         return torch.optim.Adam(self.policy.parameters(), lr=self.hparams.lr)
 
 
+@pytest.mark.learning
 def test_a_minimal_algorithm_on_the_base_learns_probe5_and_gets_everything_else():
     """Probe5 (+1 when the action equals the obs): the learned policy's greedy return is 1.0 on
     32 evaluation episodes, and the base gives it env steps, episode charts and evaluation."""
@@ -163,3 +164,30 @@ def test_importing_installs_no_warning_filter_and_fit_removes_its_own():
     assert warnings.filters == before
     _trainer(max_steps=1).fit(VPGModule(env_id="Probe1-v0", num_envs=2, num_steps_per_rollout=2))
     assert warnings.filters == before
+
+
+@pytest.mark.parametrize(
+    ("cls", "env_id"), [(VPGModule, "CartPole-v1"), (DQNModule, "CartPole-v1"), (PPOModule, "Pendulum-v1")]
+)
+def test_act_follows_gymnasium_habits_numpy_in_numpy_out_tensors_in_tensors_out(cls, env_id):
+    """``env.step(module.act(obs))`` on gymnasium's own env and vector env, as with SB3's ``predict``."""
+    import gymnasium as gym
+    import numpy as np
+
+    module = cls(env_id=env_id, seed=0)
+    env = gym.make(env_id)
+    obs, _ = env.reset(seed=0)
+    for _ in range(5):
+        action = module.act(obs)
+        assert isinstance(action, (np.ndarray, np.generic)) and env.action_space.contains(np.clip(action, -2, 2))
+        obs, *_ = env.step(action)
+    vector_env = gym.make_vec(env_id, num_envs=3)
+    obs, _ = vector_env.reset(seed=0)
+    actions = module.act(obs, greedy=True)
+    assert isinstance(actions, np.ndarray) and actions.shape == (3, *module.action_shape)
+    vector_env.step(actions)
+    assert module.act(obs.tolist(), greedy=True).tolist() == actions.tolist()  # a list is numpy's too
+    tensor_actions = module.act(torch.as_tensor(obs), greedy=True)
+    assert isinstance(tensor_actions, torch.Tensor) and tensor_actions.tolist() == actions.tolist()
+    env.close()
+    vector_env.close()

@@ -1,11 +1,15 @@
 """Learning on gymnasium's classic-control suite, natively in torch and through the gymnasium adapter."""
 
 import lightning as L
+import pytest
 import torch
 from lightning.pytorch.callbacks import EarlyStopping
 
 from rl_lightning import DQNModule, VPGModule
 from rl_lightning.callbacks import Evaluation, evaluate_policy
+
+# Every test here asserts a learning threshold (run them alone: pytest -m learning).
+pytestmark = pytest.mark.learning
 
 
 def _solve(module, threshold: float, max_steps: int, every: int) -> Evaluation:

@@ -217,6 +217,7 @@ class _StopWhenSolved(L.Callback):
             trainer.should_stop = self.returns[-1] >= self.threshold
 
 
+@pytest.mark.learning
 def test_dqn_solves_cartpole_greedy_mean_return_at_least_475_over_32_episodes():
     """The default hyper-parameters, seed 0: the greedy mean return over 32 evaluation episodes
     reaches >= 475 within the script's 5,000-update budget (80k env steps); here after 44k env

@@ -5,6 +5,9 @@ import pytest
 import torch
 from probe_settings import DQN_PROBE_LEARNING_STARTS, DQN_PROBE_UPDATES, DQN_PROBES, dqn_probe_module
 
+# Every test here asserts a learning threshold (run them alone: pytest -m learning).
+pytestmark = pytest.mark.learning
+
 
 @pytest.mark.parametrize("probe", sorted(DQN_PROBES))
 def test_dqn_learns_probe_q_values(probe):

@@ -161,6 +161,7 @@ VALUE_PROBES = [
 ]
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize(("probe", "obs", "expected"), VALUE_PROBES)
 def test_ppo_critic_learns_the_value_probes_within_1e_3(probe, obs, expected):
     module = PPOModule(env_id=f"Probe{probe}-v0", num_envs=8, num_steps_per_rollout=16, lr=5e-3, gamma=GAMMA, seed=0)
@@ -170,6 +171,7 @@ def test_ppo_critic_learns_the_value_probes_within_1e_3(probe, obs, expected):
     torch.testing.assert_close(values, torch.tensor(expected), atol=1e-3, rtol=0)
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize(
     ("probe", "obs", "expected"),
     [(4, [[0.0]], [[0.0, 1.0]]), (5, [[0.0], [1.0]], [[1.0, 0.0], [0.0, 1.0]])],
@@ -183,6 +185,7 @@ def test_ppo_policy_learns_the_policy_probes_within_2e_3(probe, obs, expected):
     assert module.act(torch.tensor(obs), greedy=True).tolist() == np.argmax(expected, axis=1).tolist()
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize(
     ("env_id", "obs", "targets"),
     [
@@ -200,6 +203,7 @@ def test_ppo_learns_the_continuous_probes_mean_action_within_0_01(env_id, obs, t
     assert torch.equal(module.act(torch.tensor(obs), greedy=True), mean)  # greedy = the mean
 
 
+@pytest.mark.learning
 def test_ppo_solves_cartpole_greedy_mean_return_at_least_475_over_32_episodes():
     """The defaults, seed 1: a greedy mean return >= 475 over 32 evaluation episodes within
     40,000 env steps (evaluated every 2,048)."""

@@ -60,6 +60,7 @@ def test_replayed_sequences_give_the_recorded_logprobs_at_the_first_update():
     assert max(module.gaps) < 1e-5, module.gaps
 
 
+@pytest.mark.learning
 def test_lstm_ppo_solves_the_memory_probe_and_a_feedforward_policy_stays_at_chance():
     """MemoryProbe (a cue at step 0, the answer at step 4): the LSTM policy's greedy return over
     256 episodes is 1.0 (the optimum); the feed-forward one, trained the same way, is within 0.15

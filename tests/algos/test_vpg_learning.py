@@ -8,6 +8,9 @@ from probe_settings import VPG_PROBES, vpg_probe_module
 from rl_lightning import VPGModule
 from rl_lightning.data.rollout import first_episode_stats
 
+# Every test here asserts a learning threshold (run them alone: pytest -m learning).
+pytestmark = pytest.mark.learning
+
 
 def _first_episode_return(module: VPGModule) -> float:
     rollout = module.latest_rollout()

@@ -63,6 +63,7 @@ def test_evaluation_callback_logs_metrics(tmp_path):
     assert trainer.callback_metrics["eval/episodic_return"].item() in (-1.0, 1.0)
 
 
+@pytest.mark.learning
 def test_early_stopping_on_eval_return_ends_a_solved_cartpole_run(tmp_path):
     """EarlyStopping(monitor='eval/episodic_return', stopping_threshold=475) stops VPG on
     CartPole once the greedy policy's mean return over 32 episodes reaches 475."""
@@ -88,3 +89,16 @@ def test_evaluation_rejects_bad_arguments():
         Evaluation(every_n_env_steps=0)
     with pytest.raises(ValueError, match="num_eval_episodes"):
         Evaluation(num_eval_episodes=0)
+
+
+def test_evaluate_policy_is_a_top_level_name_and_gives_mean_and_std_as_sb3_does():
+    import rl_lightning
+    from rl_lightning import EvalResult, evaluate_policy
+
+    assert evaluate_policy is rl_lightning.callbacks.evaluate_policy
+    # Probe4: action 1 earns +1, action 0 earns -1; action = env index mod 2: returns -1, 1, -1, 1
+    result = evaluate_policy(lambda obs: torch.arange(obs.shape[0]).remainder(2), "Probe4-v0", 4, seed=0)
+    assert isinstance(result, EvalResult) and result.returns.tolist() == [-1.0, 1.0, -1.0, 1.0]
+    assert result.mean == 0.0 and result.std == 1.0  # the returns' std over the episodes (numpy's, SB3's)
+    returns, lengths = result  # still the per-episode tensors when unpacked
+    assert returns is result.returns and lengths.tolist() == [1.0] * 4

@@ -336,3 +336,13 @@ def test_cartpole_gpu_alias_builds_the_same_env():
     original = _rollout(make_envs("CartPole-v1", NUM_ENVS, seed=3), 50)
     for a, b in zip(_rollout(alias, 50), original, strict=True):
         assert torch.equal(a, b)
+
+
+def test_solved_return_is_the_native_envs_or_gymnasiums_reward_threshold():
+    from rl_lightning.envs import solved_return
+
+    assert solved_return("CartPole-v1") == solved_return("CartPole-gpu") == 475.0
+    assert solved_return("Acrobot-v1") == -100.0 and solved_return("Pendulum-v1") == -200.0
+    assert solved_return("MountainCar-v0") == -110.0 and solved_return("MountainCarContinuous-v0") == 90.0
+    assert solved_return("LunarLander-v3") == 200.0  # gymnasium's spec (no Box2D needed to read it)
+    assert solved_return("Probe1-v0") is None and solved_return("Blackjack-v1") is None
