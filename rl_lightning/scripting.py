@@ -306,8 +306,9 @@ def report(trainer: L.Trainer, module: Any, seconds: float) -> str:
         f"  best checkpoint:  {best}",
         f"  last checkpoint:  {last}" + ("  (resume: --ckpt_path last)" if last != "none" else ""),
     ]
+    if log_dir is not None and video is not None:
+        lines.append(f"  videos:           {log_dir}/videos ({len(video.video_paths)} mp4)")
     if log_dir is not None:
-        lines.append(f"  videos:           {log_dir}/videos ({len(video.video_paths) if video else 0} mp4)")
         lines.append(f"  TensorBoard logs: {log_dir}  (tensorboard --logdir {Path(log_dir).parent.parent})")
     return "\n".join(lines)
 

@@ -6,7 +6,8 @@ first env (drawn by the native env's ``draw``, or by gymnasium's own renderer fo
 ``--backend gymnasium``). ``--env_id`` plays the policy on another env with the same spaces (e.g.
 ``CartPole-v1`` through gymnasium: ``--env_id CartPole-v1 --backend gymnasium``).
 
-    python scripts/enjoy.py --ckpt_path lightning_logs/version_0/checkpoints/last.ckpt --video cartpole.mp4
+    python scripts/enjoy.py --ckpt_path lightning_logs/PPO-CartPole-v1/version_0/checkpoints/last.ckpt \\
+        --video cartpole.mp4
 """
 
 from __future__ import annotations

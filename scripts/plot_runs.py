@@ -1,8 +1,8 @@
 """Plot a scalar of TensorBoard runs aggregated over seeds, against env steps and wall-clock time.
 
     python scripts/plot_runs.py \\
-        --run VPG lightning_logs/version_0 lightning_logs/version_1 \\
-        --run DQN lightning_logs/version_2 lightning_logs/version_3 \\
+        --run VPG lightning_logs/VPG-CartPole-v1/version_0 lightning_logs/VPG-CartPole-v1/version_1 \\
+        --run DQN lightning_logs/DQN-CartPole-v1/version_0 lightning_logs/DQN-CartPole-v1/version_1 \\
         --tag eval/episodic_return --out curves.png [--stat iqm|mean] [--show_runs] [--csv curves.csv]
 
     python scripts/plot_runs.py lightning_logs/VPG-CartPole-v1 lightning_logs/DQN-CartPole-v1 --out curves.png

@@ -25,7 +25,7 @@ from rl_lightning.scripting import (
 
 def main() -> None:
     # DQNModule(...) from the command line: a bad value exits with status 2 before training.
-    module, args = parse_script_args(DQNModule, __doc__, max_steps=5_000, eval_every=4_000, video_every=40_000)
+    module, args = parse_script_args(DQNModule, __doc__, max_steps=10_000, eval_every=4_000, video_every=40_000)
     trainer = L.Trainer(log_every_n_steps=50, callbacks=watch_callbacks(args, module), **trainer_kwargs(args, module))
     start = time.perf_counter()
     trainer.fit(module, **fit_kwargs(args, module))

@@ -190,8 +190,8 @@ def test_dqn_td_targets_and_loss_are_float32_under_bf16_autocast(monkeypatch):
 @pytest.mark.learning
 def test_vpg_bf16_mixed_improves_on_cartpole():
     """Default VPG (32 envs x 500 steps, seed 1) under bf16-mixed: from a random policy's ~22 the
-    mean first-episode return reaches >= 300 within 15 updates (measured: 23.5 -> max 476.6,
-    last five 263.6; float32 gets 490.3 by update 13)."""
+    mean first-episode return reaches >= 300 within 15 updates, and the last five average >= 150
+    (seeds 1-8 measured on an AVX-512 CPU: max 498-500, last five 414-498)."""
     recorder = _fit_bf16(VPGModule(seed=1), max_steps=15)
     returns = recorder.returns
     assert len(returns) == 15

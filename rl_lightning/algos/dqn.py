@@ -39,13 +39,16 @@ class DQNModule(RLModule):
     """DQN (optionally double DQN) on a torch vector env.
 
     The defaults solve CartPole-v1 (greedy mean return >= 475 over 32 episodes) for 10 of 10
-    seeds in a median of ~3,400 updates (~56k env steps, ~9 s of one CPU) within the scripts'
-    5,000-update run: many envs, a large batch, a hard target copy every 10 updates, a short
-    exploration phase, and two standard stabilisers that together took seeds 0-9 from 9/10 to
-    10/10 solved (without them seed 4 stalls below 475 for the whole run): double DQN (a max
-    over noisy Q-estimates overestimates) and gradient-norm clipping (bounds the step when the
-    targets jump at a hard copy). Huber loss instead of MSE (with both) left all 10 seeds at a greedy return of ~10 at
-    this lr, with Q-values growing ~2x faster than under MSE early on: keep ``loss="mse"``.
+    seeds in a median of ~3,500 updates (~57k env steps, ~12 s of one CPU; 49k-69k) within the
+    scripts' 10,000-update run (161k env steps; with 5,000 updates they needed 53k-77k of 81k):
+    many envs, a large batch, a hard target copy every 10 updates, a short exploration phase, and
+    two standard stabilisers that together took seeds 0-9 from 9/10 to 10/10 solved (without them
+    seed 4 stalls below 475 for the whole run): double DQN (a max over noisy Q-estimates
+    overestimates) and gradient-norm clipping (bounds the step when the targets jump at a hard
+    copy). Huber loss instead of MSE (with both) left all 10 seeds at a greedy return of ~10 at
+    this lr, with Q-values growing ~2x faster than under MSE early on: keep ``loss="mse"``. These
+    are CartPole settings: on Acrobot-v1 the greedy return swings between about -90 and -500 from
+    one evaluation to the next.
 
     Args:
         env_id: a native env id (``rl_lightning.registered_env_ids()``) or any gymnasium id, with a

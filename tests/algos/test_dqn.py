@@ -220,11 +220,12 @@ class _StopWhenSolved(L.Callback):
 @pytest.mark.learning
 def test_dqn_solves_cartpole_greedy_mean_return_at_least_475_over_32_episodes():
     """The default hyper-parameters, seed 0: the greedy mean return over 32 evaluation episodes
-    reaches >= 475 within the script's 5,000-update budget (80k env steps); here after 44k env
-    steps (~2,700 updates, ~8 s of one CPU). The benchmark runs seeds 0-9."""
+    reaches >= 475 within the script's 10,000-update budget (161k env steps); seeds 0-9 got there
+    at 49k-69k env steps (~10-14 s of one CPU). (With 5,000 updates they needed 53k-77k of 81k: too
+    little margin for another CPU's rounding.)"""
     torch.set_num_threads(1)
     module = DQNModule(env_id="CartPole-v1", seed=0)
     stopper = _StopWhenSolved(every_n_env_steps=4_000, threshold=475.0)
-    _trainer(5_000, callbacks=[stopper]).fit(module)
-    assert stopper.returns[-1] >= 475.0 and module.env_steps <= 80_000
+    _trainer(10_000, callbacks=[stopper]).fit(module)
+    assert stopper.returns[-1] >= 475.0 and module.env_steps <= 161_008
     assert _greedy_mean_return(module.q_network) >= 475.0
