@@ -242,8 +242,16 @@ class StartLine(L.Callback):
         self.note = note
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        line = start_line(trainer, pl_module, self.note)  # on every rank: nothing in it may wait for the others
         if trainer.is_global_zero:
-            print(start_line(trainer, pl_module, self.note), flush=True)
+            print(line, flush=True)
+
+
+def _log_dir(trainer: L.Trainer) -> str | None:
+    """The logger's directory, read from the logger: ``Trainer.log_dir`` broadcasts from rank 0, so
+    called on rank 0 alone (as a report is) it would wait forever for the other ranks under DDP."""
+    logger = trainer.logger
+    return None if logger is None else (logger.log_dir or logger.save_dir)
 
 
 def start_line(trainer: L.Trainer, module: Any, note: str | None = None) -> str:
@@ -265,7 +273,7 @@ def start_line(trainer: L.Trainer, module: Any, note: str | None = None) -> str:
     line = f"{type(module).__name__} on {module.hparams.env_id}, {parameters:,} parameters, {envs}: {budget}, {until}"
     if trainer.ckpt_path:
         line += f"; resumed from {trainer.ckpt_path} at env step {module.env_steps:,}"
-    return line + f"; logs in {trainer.log_dir if trainer.logger is not None else 'no logger'}"
+    return line + f"; logs in {_log_dir(trainer) or 'no logger'}"
 
 
 def report(trainer: L.Trainer, module: Any, seconds: float) -> str:
@@ -296,7 +304,7 @@ def report(trainer: L.Trainer, module: Any, seconds: float) -> str:
         outcome = f"stopped early ({early.stopping_reason_message or stop_reason.lower()})"
     else:
         outcome = "stopped"
-    log_dir = trainer.log_dir if trainer.logger is not None else None
+    log_dir = _log_dir(trainer)
     checkpoints = trainer.checkpoint_callbacks
     best = next((c.best_model_path for c in checkpoints if c.monitor is not None), "") or "none"
     last = next((c.best_model_path for c in checkpoints if c.monitor is None), "") or "none"

@@ -62,6 +62,8 @@ _EXPECTED_WARNINGS = (
     # val_dataloader is empty during fit on purpose (greedy evaluation is the Evaluation callback's)
     r"Total length of `list` across ranks is zero",
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+    # under DDP the charts, losses and evaluations are reduced over the ranks before they are logged
+    r"It is recommended to use `self.log\('(charts/|losses/|eval/|test/|step'|env_steps'|SPS'|return')",
 )
 # validate / test of a checkpoint play greedy episodes: the training callbacks' states it holds (and
 # where its checkpoints were written) do not matter there.

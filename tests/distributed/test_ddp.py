@@ -49,3 +49,33 @@ def test_ppo_ddp_two_cpu_processes_agree_on_weights_and_running_statistics(tmp_p
     assert rank0["state_dict"]["obs_normalizer.stats.count"].item() > 8 * 25 * 2  # both ranks' observations
     for name, tensor in rank0["state_dict"].items():
         torch.testing.assert_close(tensor, rank1["state_dict"][name], rtol=0, atol=0, msg=name)
+
+
+def test_the_training_script_under_ddp_prints_its_start_line_and_report_once_and_ends(tmp_path):
+    """Two gloo processes from scripts/train_vpg.py: the start line and the report (rank 0 only) must not
+    wait on a collective the other rank never joins, and Lightning's sync_dist advice for metrics that
+    are reduced already is not printed."""
+    script = HERE.parents[1] / "scripts" / "train_vpg.py"
+    args = [
+        "--devices",
+        "2",
+        "--strategy",
+        "ddp",
+        "--max_steps",
+        "3",
+        "--num_envs",
+        "8",
+        "--num_steps_per_rollout",
+        "50",
+    ]
+    result = subprocess.run(
+        [sys.executable, str(script), *args, "--no_video"], cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert sum(line.startswith("VPGModule on CartPole-v1") for line in lines) == 1
+    assert "8 envs x 2 processes: up to 2,400 env steps (3 updates)" in lines[0]
+    assert sum(line.startswith("done: ") for line in lines) == 1
+    assert "2,400 env steps, 3 updates" in result.stdout  # 3 rollouts x 8 envs x 50 steps x 2 ranks
+    assert "sync_dist" not in result.stderr
+    assert (tmp_path / "lightning_logs" / "VPG-CartPole-v1" / "version_0" / "checkpoints" / "last.ckpt").is_file()
