@@ -16,33 +16,33 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from rl_lightning.nets import CategoricalHead, GaussianHead
-
 #: File formats by suffix.
 FORMATS = {".pt": "torchscript", ".ts": "torchscript", ".torchscript": "torchscript", ".onnx": "onnx"}
 
 
 class GreedyPolicy(nn.Module):
-    """``obs -> greedy action`` from an encoder-and-head network (``PolicyNetwork``) or a Q-network.
+    """``obs -> greedy action`` from any network with a ``mode(obs)``: a ``PolicyNetwork`` (argmax of
+    the logits, the Gaussian's mean), a ``QNetwork`` (argmax Q), SAC's ``SquashedGaussianActor`` (the
+    squashed mean, in the bounds) or TD3's ``DeterministicActor``.
 
     Args:
-        network: a ``PolicyNetwork`` (categorical: argmax of the logits; Gaussian: the mean), or
-            a Q-network (``q_values=True``: argmax of the Q-values).
+        network: the policy; its ``mode`` gives the greedy action.
         normalizer: observation normalisation applied first (PPO's ``normalize_obs``).
-        q_values: ``network`` outputs Q-values.
     """
 
-    def __init__(self, network: nn.Module, normalizer: nn.Module | None = None, q_values: bool = False):
+    def __init__(self, network: nn.Module, normalizer: nn.Module | None = None):
         super().__init__()
+        if not callable(getattr(network, "mode", None)):
+            raise TypeError(
+                f"network must have a mode(obs) giving the greedy action (PolicyNetwork, QNetwork, "
+                f"SquashedGaussianActor, DeterministicActor), got {type(network).__name__}"
+            )
         self.network = network
         self.normalizer = normalizer if normalizer is not None else nn.Identity()
-        self.continuous = not q_values and isinstance(getattr(network, "head", None), GaussianHead)
-        if not q_values and not isinstance(getattr(network, "head", None), (CategoricalHead, GaussianHead)):
-            raise TypeError(f"network must be a PolicyNetwork or a Q-network, got {type(network).__name__}")
 
     def forward(self, obs: Tensor) -> Tensor:
-        outputs = self.network(self.normalizer(obs))
-        return outputs.float() if self.continuous else outputs.argmax(dim=-1)
+        actions = self.network.mode(self.normalizer(obs))
+        return actions if actions.dtype == torch.int64 else actions.float()
 
 
 def export_policy(policy: nn.Module, example_obs: Tensor, path: str | Path, format: str | None = None) -> Path:

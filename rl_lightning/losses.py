@@ -99,20 +99,53 @@ def compute_reinforce_loss(returns: Tensor, logprobs: Tensor, iw: Tensor) -> Ten
     return (iw * logprobs * advantages.detach()).mean()
 
 
-def compute_td_target(rewards: Tensor, terminated: Tensor, next_q_values: Tensor, gamma: float) -> Tensor:
+def compute_td_target(rewards: Tensor, terminated: Tensor, next_q_values: Tensor, gamma: float | Tensor) -> Tensor:
     """r + gamma * (1 - terminated) * next_q: bootstrap unless the next state is terminal.
 
     A time-limit truncation is not terminal, so the replay buffer stores ``terminated`` (not
     done) and the bootstrap still applies there.
 
     Args:
-        rewards: ``(batch,)``.
+        rewards: ``(batch,)`` (an n-step sample: the discounted sum of its rewards).
         terminated: bool ``(batch,)``.
-        next_q_values: ``(batch,)`` value of the next state (max_a Q_target, or the double-DQN
-            choice), already without gradient.
-        gamma: discount factor.
+        next_q_values: ``(batch,)`` value of the next state (max_a Q_target, the double-DQN
+            choice, a soft value), already without gradient.
+        gamma: discount factor, or ``(batch,)`` per-sample discounts (gamma^k of n-step samples).
     """
-    return rewards.float() + gamma * (~terminated.bool()).float() * next_q_values.float()
+    discounts = gamma.float() if isinstance(gamma, Tensor) else gamma
+    return rewards.float() + discounts * (~terminated.bool()).float() * next_q_values.float()
+
+
+def compute_n_step_returns(rewards: Tensor, dones: Tensor, gamma: float) -> tuple[Tensor, Tensor, Tensor]:
+    """n-step returns of transition chains, cut where an episode ends.
+
+    Step k of a chain is summed if no episode ended before it (``dones`` of the steps before);
+    the step where one ends is summed and is the last: a terminated episode then bootstraps from
+    nothing, a truncated one from its true final observation (the caller picks both by the
+    returned last step).
+
+    Args:
+        rewards: ``(batch, n)``, r_{t+1} .. r_{t+n} of each chain.
+        dones: bool ``(batch, n)``, whether the episode ended on each of those steps.
+        gamma: discount factor.
+
+    Returns:
+        the returns ``sum_k gamma^k r_{t+k+1}`` (float32 ``(batch,)``), the index of the last step
+        summed (int64 ``(batch,)``), and the bootstrap's discount gamma^(steps summed) (float32).
+
+    Example: rewards [1, 1, 1], dones [0, 1, 0], gamma 0.5 -> 1.5, last step 1, discount 0.25.
+    """
+    if rewards.shape != dones.shape or rewards.dim() != 2:
+        raise ValueError(
+            f"rewards and dones must both be (batch, n), got {tuple(rewards.shape)} and {tuple(dones.shape)}"
+        )
+    dones = dones.bool()
+    ended_before = (dones.long().cumsum(dim=1) - dones.long()) > 0
+    summed = (~ended_before).float()
+    powers = gamma ** torch.arange(rewards.shape[1], device=rewards.device, dtype=torch.float32)
+    returns = (rewards.float() * powers * summed).sum(dim=1)
+    steps = summed.sum(dim=1)
+    return returns, steps.long() - 1, gamma**steps
 
 
 def compute_td_loss(q_values: Tensor, td_targets: Tensor, loss: str = "mse") -> Tensor:

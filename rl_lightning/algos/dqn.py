@@ -1,21 +1,17 @@
-"""Deep Q-Network as a LightningModule: a ReplaySource feeds sampled batches, one TD update each.
+"""Deep Q-Network as a LightningModule on the off-policy layer (``algos/off_policy.py``).
 
-Env steps happen in the data source (``rl_lightning.data.replay.ReplaySource``), the target
-network and epsilon are moved by callbacks keyed on ``env_steps`` (``configure_callbacks``):
-
-    for each training step k:
-        source: play steps_per_train env steps epsilon-greedy with q_network (after update k-1),
-                add them to the replay buffer, sample batch_size transitions
-        training_step: loss = (r + gamma (1 - terminated) Q_target(s', a') - Q(s, a))^2,
-                       a' = argmax_a Q(s', a) (double DQN) or argmax_a Q_target(s', a)
-        optimizer step: gradient norm clipped to max_grad_norm, then Adam
-        callbacks: TargetNetworkSync (every N env steps / Polyak), EpsilonDecay
+for each training step k (train_freq=1, gradient_steps=1: one env step of every env, one update):
+    source: play train_freq env steps epsilon-greedy with q_network (after update k-1),
+            add them to the replay buffer, sample batch_size transitions
+    training_step: loss = (r + gamma^n (1 - terminated) Q_target(s', a') - Q(s, a))^2,
+                   a' = argmax_a Q(s', a) (double DQN) or argmax_a Q_target(s', a)
+    optimizer step: gradient norm clipped to max_grad_norm, then Adam
+    callbacks: TargetNetworkSync (every N env steps / Polyak), EpsilonDecay (sets module.epsilon)
 """
 
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,18 +20,17 @@ import torch
 from torch import Tensor, nn
 
 from rl_lightning._checks import check_bool, check_choice, check_float, check_int, check_sizes
-from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.off_policy import OffPolicyModule
 from rl_lightning.callbacks.epsilon import EpsilonDecay
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
-from rl_lightning.data.replay import ReplayBuffer, ReplayBufferSamples, ReplaySource, epsilon_greedy
-from rl_lightning.envs.base import VectorEnv
+from rl_lightning.data.replay import ReplayBufferSamples, epsilon_greedy
 from rl_lightning.export import GreedyPolicy
 from rl_lightning.losses import compute_td_loss, compute_td_target
 from rl_lightning.nets import QNetwork
-from rl_lightning.seeding import derive_seed, seeded
+from rl_lightning.seeding import seeded
 
 
-class DQNModule(RLModule):
+class DQNModule(OffPolicyModule):
     """DQN (optionally double DQN) on a torch vector env.
 
     The defaults solve CartPole-v1 (greedy mean return >= 475 over 32 episodes) for 10 of 10
@@ -57,11 +52,13 @@ class DQNModule(RLModule):
         buffer_size: replay capacity in transitions (per process).
         batch_size: transitions per TD update.
         learning_starts: env steps of uniformly random play before the first update.
-        steps_per_train: vectorised env steps per TD update (``num_envs * steps_per_train``
-            transitions per update and process).
+        train_freq: vectorised env steps per collection (``num_envs * train_freq`` transitions per
+            collection and process).
+        gradient_steps: TD updates per collection.
         steps_per_epoch: training steps per epoch (the data source's length); evaluation and
             checkpoint callbacks run at epoch ends (250 x 16 envs = every 4,000 env steps).
         gamma: discount factor in [0, 1].
+        n_step: rewards summed per TD target (1: one-step DQN).
         lr: Adam learning rate.
         max_grad_norm: clip the global gradient norm of each update to this; None: no clipping
             (``Trainer(gradient_clip_val=...)``, when given, takes precedence).
@@ -94,9 +91,11 @@ class DQNModule(RLModule):
         buffer_size: int = 50_000,
         batch_size: int = 512,
         learning_starts: int = 1_000,
-        steps_per_train: int = 1,
+        train_freq: int = 1,
+        gradient_steps: int = 1,
         steps_per_epoch: int = 250,
         gamma: float = 0.99,
+        n_step: int = 1,
         lr: float = 2.5e-3,
         max_grad_norm: float | None = 10.0,
         target_update_env_steps: int | None = 160,
@@ -113,18 +112,22 @@ class DQNModule(RLModule):
         env_backend: str = "auto",
         env_kwargs: dict[str, Any] | None = None,
     ):
-        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs)
-        check_int("buffer_size", buffer_size, num_envs)
-        check_int("batch_size", batch_size, 1)
-        check_int("learning_starts", learning_starts, 0)
-        if learning_starts > buffer_size:
-            raise ValueError(
-                f"learning_starts ({learning_starts}) must be <= buffer_size ({buffer_size}): a longer random "
-                "warm-up would only overwrite itself in the buffer"
-            )
-        check_int("steps_per_train", steps_per_train, 1)
-        check_int("steps_per_epoch", steps_per_epoch, 1)
-        check_float("gamma", gamma, 0.0, 1.0)
+        super().__init__(
+            env_id,
+            num_envs,
+            seed,
+            env_backend,
+            env_kwargs,
+            buffer_size,
+            batch_size,
+            learning_starts,
+            train_freq,
+            gradient_steps,
+            steps_per_epoch,
+            gamma,
+            n_step,
+            checkpoint_buffer,
+        )
         check_float("lr", lr, 0.0, low_open=True)
         if max_grad_norm is not None:
             check_float("max_grad_norm", max_grad_norm, 0.0, low_open=True)
@@ -136,7 +139,6 @@ class DQNModule(RLModule):
         check_float("exploration_fraction", exploration_fraction, 0.0, 1.0)
         check_bool("double_dqn", double_dqn)
         check_choice("loss", loss, ("mse", "huber"))
-        check_bool("checkpoint_buffer", checkpoint_buffer)
         hidden_sizes = check_sizes("hidden_sizes", hidden_sizes)
         self.save_hyperparameters(ignore=["network"])
         with seeded(seed):  # the same initial weights on every rank
@@ -148,14 +150,16 @@ class DQNModule(RLModule):
 
     @property
     def epsilon(self) -> float:
-        """Current exploration rate (``EpsilonDecay`` sets it; the source acts with it)."""
+        """Current exploration rate: its one home (``EpsilonDecay`` sets it, ``explore`` reads it)."""
         return self._epsilon
 
     @epsilon.setter
     def epsilon(self, value: float) -> None:
         self._epsilon = check_float("epsilon", value, 0.0, 1.0)
-        if self.source is not None:
-            self.source.epsilon = self._epsilon
+
+    def explore(self, obs: Tensor, generator: torch.Generator) -> Tensor:
+        """Epsilon-greedy on the live Q-network."""
+        return epsilon_greedy(self.q_network(obs), self._epsilon, generator)
 
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
         """argmax Q if ``greedy``, else epsilon-greedy with the current ``epsilon``."""
@@ -168,46 +172,10 @@ class DQNModule(RLModule):
         return self.q_network(obs)
 
     def greedy_policy(self) -> nn.Module:
-        return GreedyPolicy(self.q_network, q_values=True)
+        return GreedyPolicy(self.q_network)
 
     def target_network_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         return [(self.target_network, self.q_network)]
-
-    # -- data -----------------------------------------------------------------------------
-
-    def make_source(self, envs: VectorEnv, seed: int, world_size: int, env_steps: int) -> ReplaySource:
-        hp = self.hparams
-        buffer = ReplayBuffer(
-            hp.buffer_size,
-            envs.obs_shape,
-            hp.num_envs,
-            seed=derive_seed(hp.seed, "replay", self.global_rank),
-            device=envs.device,
-            obs_dtype=envs.obs_dtype,
-        )
-        return ReplaySource(
-            envs,
-            buffer,
-            self.q_network,
-            batch_size=hp.batch_size,
-            learning_starts=hp.learning_starts,
-            steps_per_train=hp.steps_per_train,
-            num_batches=hp.steps_per_epoch,
-            seed=seed,
-            epsilon=self._epsilon,
-            world_size=world_size,
-            env_steps=env_steps,
-            checkpoint_buffer=hp.checkpoint_buffer,
-        )
-
-    @property
-    def env_steps_per_training_step(self) -> int:
-        return self.hparams.num_envs * self.hparams.steps_per_train * self.world_size
-
-    def warmup_env_steps(self) -> int:
-        """``learning_starts`` rounded up to whole vectorised steps of every process."""
-        per_vector_step = self.hparams.num_envs * self.world_size
-        return math.ceil(self.hparams.learning_starts / per_vector_step) * per_vector_step
 
     # -- learning -------------------------------------------------------------------------
 
@@ -221,7 +189,7 @@ class DQNModule(RLModule):
                 next_q_values = next_q_target.gather(1, next_actions).squeeze(1)
             else:
                 next_q_values = next_q_target.max(dim=1).values
-            td_targets = compute_td_target(batch.rewards, batch.terminated, next_q_values, self.hparams.gamma)
+            td_targets = compute_td_target(batch.rewards, batch.terminated, next_q_values, self.discounts(batch))
         loss = compute_td_loss(q_values, td_targets, self.hparams.loss)
         if self._should_log():
             self.log_rl(
@@ -248,7 +216,8 @@ class DQNModule(RLModule):
     # -- checkpoints ----------------------------------------------------------------------
 
     def extra_checkpoint_state(self) -> dict[str, Any]:
-        return {"epsilon": self._epsilon}
+        return {**super().extra_checkpoint_state(), "epsilon": self._epsilon}
 
     def load_extra_checkpoint_state(self, state: dict[str, Any]) -> None:
+        super().load_extra_checkpoint_state(state)
         self._epsilon = float(state.get("epsilon", self._epsilon))

@@ -1,4 +1,4 @@
-"""Target-network updates for DQN-style modules, keyed on environment steps."""
+"""Target-network updates (DQN, SAC, TD3), every N env steps or every N training steps."""
 
 from __future__ import annotations
 
@@ -26,23 +26,32 @@ def update_target_network(target: nn.Module, online: nn.Module, tau: float) -> N
 
 
 class TargetNetworkSync(L.Callback):
-    """Moves each target network towards its online network after optimizer steps (the pairs of
+    """Moves each target network towards its online network after training steps (the pairs of
     ``pl_module.target_network_pairs()``, :class:`~rl_lightning.protocols.TargetNetworkProtocol`).
 
-    Every ``every_n_env_steps`` environment steps (``pl_module.env_steps``, not
-    ``trainer.global_step``) the target becomes ``tau * online + (1 - tau) * target``:
-    ``tau=1`` is DQN's hard copy, a small ``tau`` with ``every_n_env_steps=None`` (after every
-    training step) is Polyak averaging.
+    The target becomes ``tau * online + (1 - tau) * target`` every ``every_n_env_steps`` environment
+    steps (``pl_module.env_steps``: DQN's hard copy), or every ``every_n_train_steps`` training steps
+    (TD3's delayed Polyak update), or, with neither, after every training step (SAC's Polyak
+    averaging). ``tau=1`` copies.
 
     Args:
-        every_n_env_steps: update period in env steps; None updates after every training step.
+        every_n_env_steps: update period in env steps.
         tau: interpolation weight in (0, 1]; 1.0 copies.
+        every_n_train_steps: update period in training steps (updates), instead of env steps.
     """
 
-    def __init__(self, every_n_env_steps: int | None = 500, tau: float = 1.0):
+    def __init__(self, every_n_env_steps: int | None = 500, tau: float = 1.0, every_n_train_steps: int | None = None):
         if every_n_env_steps is not None:
             check_int("every_n_env_steps", every_n_env_steps, 1)
+        if every_n_train_steps is not None:
+            check_int("every_n_train_steps", every_n_train_steps, 1)
+            if every_n_env_steps is not None:
+                raise ValueError(
+                    f"give TargetNetworkSync one period: every_n_env_steps={every_n_env_steps} or "
+                    f"every_n_train_steps={every_n_train_steps}, not both"
+                )
         self.every_n_env_steps = every_n_env_steps
+        self.every_n_train_steps = every_n_train_steps
         self.tau = check_float("tau", tau, 0.0, 1.0, low_open=True)
         self.num_updates = 0
         self._last_period: int | None = None  # env_steps // every_n_env_steps at the last check
@@ -58,6 +67,8 @@ class TargetNetworkSync(L.Callback):
             if period == self._last_period:
                 return
             self._last_period = period
+        elif self.every_n_train_steps is not None and trainer.global_step % self.every_n_train_steps != 0:
+            return  # global_step counts the training steps done, this one included
         for target, online in pl_module.target_network_pairs():
             update_target_network(target, online, self.tau)
         self.num_updates += 1

@@ -1,23 +1,26 @@
-"""Experience replay for DQN: a preallocated ring buffer and the IterableDataset that fills it.
+"""Experience replay for the off-policy algorithms (DQN, SAC, TD3): a preallocated ring buffer and
+the IterableDataset that fills it.
 
 ``ReplayBuffer`` stores ``(s_t, a_t, r_{t+1}, terminated_{t+1}, s_{t+1})`` for a whole batch of
-envs per ``add`` into tensors allocated once on one device (O(1) per add, whatever the fill).
-``ReplaySource`` owns the envs and the buffer: per item it plays ``steps_per_train`` vectorised
-env steps epsilon-greedy with the live Q-network and yields one sampled batch.
+envs per ``add`` into tensors allocated once on one device (O(1) per add, whatever the fill), and
+samples one-step or n-step transitions. ``ReplaySource`` owns the envs and the buffer: every
+``gradient_steps`` items it plays ``train_freq`` vectorised env steps with the module's
+exploration function, and each item is one sampled batch.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from rl_lightning._checks import check_bool, check_float, check_int, check_seed, check_sizes
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs.base import VectorEnv, resolve_device
+from rl_lightning.losses import compute_n_step_returns
 
 _WARMUP_CHUNK = 256  # vectorised random steps between two checks for a stop request
 
@@ -26,7 +29,9 @@ class ReplayBufferSamples(NamedTuple):
     """A batch of transitions ``(s_t, a_t, r_{t+1}, terminated_{t+1}, s_{t+1})``.
 
     ``terminated`` is *not* ``done``: a time-limit truncation is not a terminal state, so the TD
-    target still bootstraps there.
+    target still bootstraps there. With n-step returns, ``rewards`` is the discounted sum of up to
+    n rewards (cut where the episode ended), ``next_obs`` and ``terminated`` are those of the last
+    step summed, and ``discounts`` is gamma^(steps summed), the factor of the bootstrap.
     """
 
     obs: Tensor  # (batch, *obs_shape), the env's obs dtype (float32, or uint8 images)
@@ -34,13 +39,17 @@ class ReplayBufferSamples(NamedTuple):
     rewards: Tensor  # float32 (batch,)
     terminated: Tensor  # bool (batch,)
     next_obs: Tensor  # (batch, *obs_shape): the true last obs where an episode ended
+    discounts: Tensor | None = None  # float32 (batch,) gamma^k for n-step samples; None: one step (gamma)
 
 
-_FIELDS = ReplayBufferSamples._fields
+_FIELDS = ReplayBufferSamples._fields[:5]
 
 
 class ReplayBuffer:
     """Ring buffer of the newest ``buffer_size`` transitions, preallocated on ``device``.
+
+    Transitions of one ``add`` (one per env) sit ``num_envs`` slots after those of the previous
+    one, so an env's next transition is ``num_envs`` slots on: n-step samples follow that chain.
 
     Args:
         buffer_size: capacity in transitions.
@@ -51,6 +60,9 @@ class ReplayBuffer:
         action_shape: shape of one action: ``()`` for a discrete action index (stored as int64),
             ``(k, ...)`` for a ``Box`` action (stored as float32).
         obs_dtype: ``torch.float32`` or ``torch.uint8`` (images stay uint8: 4x less memory).
+        n_step: transitions summed per sample (1: one-step TD); above 1 the buffer also keeps
+            each transition's ``done`` (1 byte) to cut the sums at an episode's end.
+        gamma: the discount of the n-step sums.
     """
 
     def __init__(
@@ -62,6 +74,8 @@ class ReplayBuffer:
         device: torch.device | str = "cpu",
         action_shape: Sequence[int] = (),
         obs_dtype: torch.dtype = torch.float32,
+        n_step: int = 1,
+        gamma: float = 0.99,
     ):
         check_int("buffer_size", buffer_size, 1)
         check_int("num_envs", num_envs, 1)
@@ -69,6 +83,13 @@ class ReplayBuffer:
             raise ValueError(f"num_envs ({num_envs}) must be <= buffer_size ({buffer_size})")
         if obs_dtype not in (torch.float32, torch.uint8):
             raise TypeError(f"obs_dtype must be torch.float32 or torch.uint8, got {obs_dtype!r}")
+        self.n_step = check_int("n_step", n_step, 1)
+        if (n_step - 1) * num_envs >= buffer_size:
+            raise ValueError(
+                f"buffer_size ({buffer_size}) must hold more than (n_step - 1) * num_envs = {(n_step - 1) * num_envs} "
+                "transitions: an n-step sample needs its chain in the buffer"
+            )
+        self.gamma = check_float("gamma", gamma, 0.0, 1.0)
         self.buffer_size = buffer_size
         self.obs_shape = check_sizes("obs_shape", tuple(obs_shape))
         self.action_shape = check_sizes("action_shape", tuple(action_shape))
@@ -83,15 +104,36 @@ class ReplayBuffer:
             "terminated": ((), torch.bool),
             "next_obs": (self.obs_shape, obs_dtype),
         }
+        if n_step > 1:
+            self._specs["dones"] = ((), torch.bool)
         # Allocated once; ``add`` writes rows in place. Slots ``[size:]`` hold zeros until filled.
         self._storage = {
             name: torch.zeros((buffer_size, *shape), dtype=dtype, device=self.device)
             for name, (shape, dtype) in self._specs.items()
         }
-        self.obs, self.actions, self.rewards, self.terminated, self.next_obs = self._storage.values()
+        self.obs, self.actions, self.rewards, self.terminated, self.next_obs = (self._storage[name] for name in _FIELDS)
         # Host-side ints: the ring position never needs a device sync.
         self.pos = 0  # where the next transition goes
         self.size = 0  # how many slots hold data
+
+    @classmethod
+    def for_env(
+        cls, envs: VectorEnv, buffer_size: int, seed: int = 0, n_step: int = 1, gamma: float = 0.99
+    ) -> ReplayBuffer:
+        """A buffer for ``envs``' spaces on its device: its observation shape and dtype (uint8
+        images kept), int64 ``Discrete`` actions or float32 ``Box`` ones, one slot row per env."""
+        action_shape = () if envs.action_kind == "discrete" else envs.action_shape
+        return cls(
+            buffer_size,
+            envs.obs_shape,
+            envs.num_envs,
+            seed=seed,
+            device=envs.device,
+            action_shape=action_shape,
+            obs_dtype=envs.obs_dtype,
+            n_step=n_step,
+            gamma=gamma,
+        )
 
     def __len__(self) -> int:
         return self.size
@@ -105,7 +147,15 @@ class ReplayBuffer:
     def bytes_per_transition(self) -> int:
         return self.nbytes // self.buffer_size
 
-    def add(self, obs: Tensor, actions: Tensor, rewards: Tensor, terminated: Tensor, next_obs: Tensor) -> None:
+    def add(
+        self,
+        obs: Tensor,
+        actions: Tensor,
+        rewards: Tensor,
+        terminated: Tensor,
+        next_obs: Tensor,
+        dones: Tensor | None = None,
+    ) -> None:
         """Write one transition per env, overwriting the oldest when full.
 
         Args:
@@ -115,11 +165,16 @@ class ReplayBuffer:
             terminated: bool ``(num_envs,)``, whether s_{t+1} is terminal (not truncated).
             next_obs: ``(num_envs, *obs_shape)``, s_{t+1}: the true final obs for envs that
                 just finished (``info["final_observation"]``), not the auto-reset one.
+            dones: bool ``(num_envs,)``, terminated or truncated: needed (only) with ``n_step > 1``.
         """
-        values = (obs, actions, rewards, terminated, next_obs)
+        values = {"obs": obs, "actions": actions, "rewards": rewards, "terminated": terminated, "next_obs": next_obs}
+        if self.n_step > 1:
+            if dones is None:
+                raise ValueError(f"a buffer with n_step={self.n_step} needs dones (terminated | truncated) in add")
+            values["dones"] = dones
         # Checked field by field: a silent dtype promotion (int rewards, float actions) or a
         # missing env dimension would otherwise corrupt the buffer without an error.
-        for name, value in zip(_FIELDS, values, strict=True):
+        for name, value in values.items():
             shape, dtype = self._specs[name]
             if not isinstance(value, Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
@@ -129,7 +184,7 @@ class ReplayBuffer:
                 raise TypeError(f"{name} must have dtype {dtype}, got {value.dtype}")
         start, end = self.pos, self.pos + self.num_envs
         first = min(end, self.buffer_size) - start  # rows that fit before the ring wraps
-        for name, value in zip(_FIELDS, values, strict=True):
+        for name, value in values.items():
             storage = self._storage[name]
             storage[start : start + first] = value[:first]
             if first < self.num_envs:
@@ -138,16 +193,41 @@ class ReplayBuffer:
         self.size = min(self.size + self.num_envs, self.buffer_size)
 
     def sample(self, batch_size: int) -> ReplayBufferSamples:
-        """``batch_size`` transitions drawn uniformly with replacement from the filled part."""
-        if self.size == 0:
-            raise RuntimeError("cannot sample from an empty ReplayBuffer: add transitions first")
-        indices = torch.randint(0, self.size, (batch_size,), generator=self.generator, device=self.device)
+        """``batch_size`` transitions drawn uniformly with replacement from the filled part (with
+        ``n_step > 1``: chains of n, so the newest ``(n - 1) * num_envs`` slots start none)."""
+        span = (self.n_step - 1) * self.num_envs
+        if self.size <= span:
+            if self.size == 0:
+                raise RuntimeError("cannot sample from an empty ReplayBuffer: add transitions first")
+            raise RuntimeError(
+                f"cannot sample from a ReplayBuffer holding {self.size} transitions: n_step={self.n_step} needs more "
+                f"than {span}"
+            )
+        offsets = torch.randint(0, self.size - span, (batch_size,), generator=self.generator, device=self.device)
         # index_select is ~2x faster than advanced indexing (tensor[indices]) for row gathers on CPU.
-        return ReplayBufferSamples(*(self._storage[name].index_select(0, indices) for name in _FIELDS))
+        if self.n_step == 1:
+            return ReplayBufferSamples(*(self._storage[name].index_select(0, offsets) for name in _FIELDS))
+        oldest = self.pos if self.size == self.buffer_size else 0
+        steps = self.num_envs * torch.arange(self.n_step, device=self.device)
+        chains = (oldest + offsets.unsqueeze(1) + steps) % self.buffer_size  # (batch, n): an env's next n slots
+        flat = chains.flatten()
+        rewards = self.rewards.index_select(0, flat).view(batch_size, self.n_step)
+        dones = self._storage["dones"].index_select(0, flat).view(batch_size, self.n_step)
+        returns, last, discounts = compute_n_step_returns(rewards, dones, self.gamma)
+        last = chains.gather(1, last.unsqueeze(1)).squeeze(1)
+        first = chains[:, 0]
+        return ReplayBufferSamples(
+            self.obs.index_select(0, first),
+            self.actions.index_select(0, first),
+            returns,
+            self.terminated.index_select(0, last),
+            self.next_obs.index_select(0, last),
+            discounts,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Contents (filled slots only), ring position, fill count and generator state."""
-        state: dict[str, Any] = {name: self._storage[name][: self.size].clone() for name in _FIELDS}
+        state: dict[str, Any] = {name: self._storage[name][: self.size].clone() for name in self._storage}
         state.update(pos=self.pos, size=self.size, buffer_size=self.buffer_size)
         state["generator"] = self.generator.get_state()
         return state
@@ -158,8 +238,11 @@ class ReplayBuffer:
             raise ValueError(
                 f"state_dict is from a buffer of size {state['buffer_size']}, this one has {self.buffer_size}"
             )
+        missing = sorted(set(self._storage) - set(state))
+        if missing:
+            raise ValueError(f"state_dict lacks {missing}: it is from a buffer with another n_step")
         size = int(state["size"])
-        for name in _FIELDS:
+        for name in self._storage:
             self._storage[name][:size] = state[name].to(self.device)
         self.pos, self.size = int(state["pos"]), size
         self.generator.set_state(state["generator"])
@@ -185,25 +268,35 @@ def epsilon_greedy(q_values: Tensor, epsilon: float, generator: torch.Generator 
     return torch.where(explore, random_actions, greedy)
 
 
+#: ``explore(obs, generator) -> actions``: the behaviour policy's actions for ``(num_envs, *obs_shape)``
+#: observations, drawing its randomness from ``generator`` (epsilon-greedy for DQN, a sample of the
+#: squashed Gaussian for SAC, the deterministic action plus noise for TD3).
+ExploreFn = Callable[[Tensor, torch.Generator], Tensor]
+
+
 class ReplaySource(EnvSource):
     """Envs + replay buffer as a torch ``IterableDataset`` of ``ReplayBufferSamples``.
 
-    Iterating first fills the buffer with random actions until ``env_steps >= learning_starts``
-    (:meth:`fill`), then each item plays ``steps_per_train`` vectorised env steps epsilon-greedy
-    with the live ``q_network`` (:meth:`collect`) and yields one batch sampled from the buffer.
-    ``len(source)`` is the number of items per epoch: with a length, Lightning does not prefetch,
-    so the env steps of training step k use the network after update k-1.
+    Iterating first fills the buffer with uniformly random actions until ``env_steps >=
+    learning_starts`` (:meth:`fill`); then every ``gradient_steps`` items it plays ``train_freq``
+    vectorised env steps with ``explore`` (:meth:`collect`), and each item is one batch sampled
+    from the buffer. ``len(source)`` is the number of items per epoch: with a length, Lightning
+    does not prefetch, so the env steps of a collection use the networks after the update before it.
 
     Args:
         envs: the vector env (its device is the buffer's device).
-        buffer: the replay buffer (``num_envs`` matching ``envs``).
-        q_network: maps obs ``(num_envs, *obs_shape)`` to Q-values ``(num_envs, num_actions)``.
+        explore: the behaviour policy (:data:`ExploreFn`), e.g. a module's ``explore`` method.
+        buffer_size: replay capacity in transitions (the buffer is built for ``envs``' spaces).
         batch_size: transitions per sampled batch.
         learning_starts: env steps (all processes) of random play before the first batch.
-        steps_per_train: vectorised env steps per yielded batch.
+        train_freq: vectorised env steps per collection.
+        gradient_steps: batches (training steps) per collection: the update-to-data ratio is
+            ``gradient_steps / (train_freq * num_envs)``.
         num_batches: items per epoch (``len``).
         seed: seed of the exploration generator.
-        epsilon: exploration rate; its owner (``DQNModule``, set by ``EpsilonDecay``) updates it.
+        buffer_seed: seed of the buffer's sampling generator.
+        n_step: transitions summed per sample (``ReplayBuffer``).
+        gamma: the discount of n-step sums.
         world_size: processes each running their own source (``env_steps`` counts them all).
         env_steps: env steps already taken (a resumed run).
         checkpoint_buffer: include the buffer's contents in :meth:`state_dict`.
@@ -212,29 +305,34 @@ class ReplaySource(EnvSource):
     def __init__(
         self,
         envs: VectorEnv,
-        buffer: ReplayBuffer,
-        q_network: nn.Module,
+        explore: ExploreFn,
+        buffer_size: int,
         batch_size: int,
         learning_starts: int,
-        steps_per_train: int,
-        num_batches: int,
+        train_freq: int = 1,
+        gradient_steps: int = 1,
+        num_batches: int = 1,
         seed: int = 0,
-        epsilon: float = 1.0,
+        buffer_seed: int = 0,
+        n_step: int = 1,
+        gamma: float = 0.99,
         world_size: int = 1,
         env_steps: int = 0,
         checkpoint_buffer: bool = True,
     ):
         super().__init__(envs, seed=seed, world_size=world_size, env_steps=env_steps)
-        if buffer.num_envs != envs.num_envs:
-            raise ValueError(f"buffer.num_envs ({buffer.num_envs}) must equal envs.num_envs ({envs.num_envs})")
-        self.buffer = buffer
-        self.q_network = q_network
+        if not callable(explore):
+            raise TypeError(f"explore must be callable (obs, generator) -> actions, got {type(explore).__name__}")
+        self.explore = explore
+        self.buffer = ReplayBuffer.for_env(envs, buffer_size, seed=buffer_seed, n_step=n_step, gamma=gamma)
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.learning_starts = check_int("learning_starts", learning_starts, 0)
-        self.steps_per_train = check_int("steps_per_train", steps_per_train, 1)
+        self.train_freq = check_int("train_freq", train_freq, 1)
+        self.gradient_steps = check_int("gradient_steps", gradient_steps, 1)
         self.num_batches = check_int("num_batches", num_batches, 1)
-        self.epsilon = check_float("epsilon", epsilon, 0.0, 1.0)
         self.checkpoint_buffer = check_bool("checkpoint_buffer", checkpoint_buffer)
+        #: This batch's place among its collection's ``gradient_steps`` batches (0: collect first).
+        self.batch_in_collection = 0
 
     def __len__(self) -> int:
         return self.num_batches
@@ -243,20 +341,27 @@ class ReplaySource(EnvSource):
         """Envs, RNG, counters, the current obs and (``include_buffer``, default
         ``checkpoint_buffer``) the buffer's contents."""
         include_buffer = self.checkpoint_buffer if include_buffer is None else include_buffer
-        return {**super().state_dict(), "buffer": self.buffer.state_dict() if include_buffer else None}
+        return {
+            **super().state_dict(),
+            "batch_in_collection": self.batch_in_collection,
+            "buffer": self.buffer.state_dict() if include_buffer else None,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict`; without a saved buffer the buffer stays as it is."""
         super().load_state_dict(state)
+        self.batch_in_collection = int(state.get("batch_in_collection", 0))
         if state["buffer"] is not None:
             self.buffer.load_state_dict(state["buffer"])
 
     def next_batch(self) -> ReplayBufferSamples:
-        """Fill if needed, play ``steps_per_train`` epsilon-greedy steps, sample a batch."""
+        """At a collection's first batch: fill if needed and play ``train_freq`` steps; then sample."""
         self.check_stop()
-        self.env_steps_before_batch = self.env_steps
-        self.fill()
-        self.collect(self.steps_per_train)
+        if self.batch_in_collection == 0:
+            self.env_steps_before_batch = self.env_steps
+            self.fill()
+            self.collect(self.train_freq)
+        self.batch_in_collection = (self.batch_in_collection + 1) % self.gradient_steps
         return self.buffer.sample(self.batch_size)
 
     def fill(self) -> None:
@@ -273,22 +378,21 @@ class ReplaySource(EnvSource):
 
     @torch.no_grad()
     def collect(self, num_steps: int) -> None:
-        """``num_steps`` vectorised env steps epsilon-greedy with ``q_network`` into the buffer."""
+        """``num_steps`` vectorised env steps with ``explore`` into the buffer."""
         self._play(num_steps, random_actions=False)
 
     def _play(self, num_steps: int, random_actions: bool) -> None:
-        envs, obs = self.envs, self.obs
+        envs, obs, n_step = self.envs, self.obs, self.buffer.n_step
         for _ in range(num_steps):
-            if random_actions:
-                actions = envs.random_actions(self.generator)
-            else:
-                actions = epsilon_greedy(self.q_network(obs), self.epsilon, self.generator)
+            actions = envs.random_actions(self.generator) if random_actions else self.explore(obs, self.generator)
             next_obs, rewards, terminated, truncated, info = envs.step(actions)
+            dones = terminated | truncated
             # For an env that just finished, next_obs is the first obs of its next episode; the
             # transition must end in the obs the episode really reached, which the env contract
             # puts in info["final_observation"] for every env (equal to next_obs where no reset).
-            self.buffer.add(obs, actions, rewards, terminated, info["final_observation"])
-            self.episodes.update(rewards, terminated | truncated)
+            final_obs = info["final_observation"]
+            self.buffer.add(obs, actions, rewards, terminated, final_obs, dones if n_step > 1 else None)
+            self.episodes.update(rewards, dones)
             obs = next_obs
         self._obs = obs
         self.count(num_steps)

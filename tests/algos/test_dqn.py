@@ -168,7 +168,7 @@ def test_epsilon_decays_with_env_steps_during_fit():
     module = DQNModule(env_id="Probe1-v0", num_envs=2, learning_starts=0, exploration_fraction=0.5)
     _trainer(10).fit(module)
     # 10 steps x 2 env steps = 20 env steps, decay over 10: epsilon_end reached
-    assert module.epsilon == pytest.approx(0.05) and module.source.epsilon == module.epsilon
+    assert module.epsilon == pytest.approx(0.05)
 
 
 def test_checkpoint_restores_replay_buffer_and_env_steps(tmp_path):

@@ -1,6 +1,5 @@
 import pytest
 import torch
-from torch import nn
 
 from rl_lightning.data.replay import ReplayBuffer, ReplaySource, epsilon_greedy
 from rl_lightning.envs import CartPole, make_envs
@@ -121,20 +120,10 @@ def test_epsilon_greedy_per_env_draws():
     assert 0.2 < (actions == 0).float().mean().item() < 0.3
 
 
-class _ConstantQ(nn.Module):
-    def __init__(self, num_actions):
-        super().__init__()
-        self.num_actions = num_actions
-
-    def forward(self, obs):
-        return torch.zeros(obs.shape[0], self.num_actions)
-
-
 def _source(envs, **overrides):
-    kwargs = dict(batch_size=8, learning_starts=0, steps_per_train=1, num_batches=3, seed=0, epsilon=1.0)
+    kwargs = dict(buffer_size=100, batch_size=8, learning_starts=0, train_freq=1, num_batches=3, seed=0)
     kwargs.update(overrides)
-    buffer = ReplayBuffer(100, envs.obs_shape, envs.num_envs, seed=0)
-    return ReplaySource(envs, buffer, _ConstantQ(envs.num_actions), **kwargs)
+    return ReplaySource(envs, lambda obs, generator: envs.random_actions(generator), **kwargs)
 
 
 def test_source_stores_the_true_final_observation_and_terminated():
@@ -165,7 +154,7 @@ def test_source_stores_truncation_as_not_terminated_with_the_final_obs():
 
 
 def test_source_fills_learning_starts_then_yields_len_batches():
-    source = _source(make_envs("Probe1-v0", num_envs=4, seed=0), learning_starts=10, steps_per_train=2)
+    source = _source(make_envs("Probe1-v0", num_envs=4, seed=0), learning_starts=10, train_freq=2)
     assert len(source) == 3
     batches = list(source)
     assert len(batches) == 3 and batches[0].obs.shape == (8, 1)

@@ -1,0 +1,178 @@
+"""The off-policy layer that DQN, SAC and TD3 share (SB3's ``OffPolicyAlgorithm``), in Lightning.
+
+    warm-up:   learning_starts env steps of uniformly random actions into the replay buffer
+    then, for each collection:
+        source:   train_freq vectorised env steps with explore(obs) (after the updates before it)
+        gradient_steps times:
+            source:        sample batch_size transitions (n-step sums with n_step > 1)
+            training_step: the algorithm's loss, one optimizer step
+            callbacks:     TargetNetworkSync, schedules
+
+An algorithm on this layer is its networks, ``explore(obs, generator)``, ``training_step`` and
+``target_network_pairs``: the buffer, the source, the clock in env steps and training steps, and the
+checkpointed state (buffer, generators) live here. Every algorithm uses one optimizer (SAC's actor,
+critics and temperature as three parameter groups, TorchRL's pattern: each loss term reaches only its
+own parameters), so Lightning's ``global_step``, ``max_steps``, gradient clipping and the NaN guard
+count and cover training steps for all of them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor
+
+from rl_lightning._checks import check_bool, check_float, check_int
+from rl_lightning.algos.base import RLModule
+from rl_lightning.data.replay import ReplayBufferSamples, ReplaySource
+from rl_lightning.envs.base import VectorEnv
+from rl_lightning.seeding import derive_seed
+
+
+class OffPolicyModule(RLModule):
+    """Base of the replay-buffer algorithms (``DQNModule``, ``SACModule``, ``TD3Module``).
+
+    Args:
+        env_id: a native env id or any gymnasium id.
+        num_envs: envs stepped in lock-step per process.
+        seed: network init (the same on every rank), envs (rank r: ``seed + r * num_envs``), exploration,
+            replay sampling and the updates' own randomness (named streams, ``rl_lightning.seeding``).
+        env_backend: ``"auto"``, ``"torch"`` or ``"gymnasium"``.
+        env_kwargs: for gymnasium envs.
+        buffer_size: replay capacity in transitions (per process).
+        batch_size: transitions per update.
+        learning_starts: env steps (all processes) of uniformly random actions before the first update.
+        train_freq: vectorised env steps per collection.
+        gradient_steps: updates (training steps) per collection: the update-to-data ratio is
+            ``gradient_steps / (train_freq * num_envs)``.
+        steps_per_epoch: training steps per epoch (evaluation and checkpoint callbacks run at epoch ends).
+        gamma: discount factor in [0, 1].
+        n_step: rewards summed per TD target (1: one-step TD): cut at an episode's end, a truncated
+            episode bootstrapping from its true final observation, a terminated one from zero.
+        checkpoint_buffer: save the replay buffer in checkpoints (exact resume); without it a resumed
+            run refills ``learning_starts`` random transitions.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        seed: int,
+        env_backend: str,
+        env_kwargs: dict[str, Any] | None,
+        buffer_size: int,
+        batch_size: int,
+        learning_starts: int,
+        train_freq: int,
+        gradient_steps: int,
+        steps_per_epoch: int,
+        gamma: float,
+        n_step: int,
+        checkpoint_buffer: bool,
+    ):
+        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs)
+        check_int("buffer_size", buffer_size, num_envs)
+        check_int("batch_size", batch_size, 1)
+        check_int("learning_starts", learning_starts, 0)
+        if learning_starts > buffer_size:
+            raise ValueError(
+                f"learning_starts ({learning_starts}) must be <= buffer_size ({buffer_size}): a longer random "
+                "warm-up would only overwrite itself in the buffer"
+            )
+        check_int("train_freq", train_freq, 1)
+        check_int("gradient_steps", gradient_steps, 1)
+        check_int("steps_per_epoch", steps_per_epoch, 1)
+        check_float("gamma", gamma, 0.0, 1.0)
+        check_int("n_step", n_step, 1)
+        if (n_step - 1) * num_envs >= buffer_size:
+            raise ValueError(
+                f"buffer_size ({buffer_size}) must hold more than (n_step - 1) * num_envs = {(n_step - 1) * num_envs} "
+                "transitions"
+            )
+        check_bool("checkpoint_buffer", checkpoint_buffer)
+        self._update_generator: torch.Generator | None = None
+        self._update_generator_state: Tensor | None = None  # from a checkpoint, until the generator exists
+
+    # -- what an algorithm provides ----------------------------------------------------------------
+
+    def explore(self, obs: Tensor, generator: torch.Generator) -> Tensor:
+        """The behaviour policy: actions for ``(num_envs, *obs_shape)`` observations, its randomness
+        drawn from ``generator`` (the source's, saved in checkpoints)."""
+        raise NotImplementedError
+
+    def target_network_pairs(self) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
+        """``(target, online)`` pairs for ``TargetNetworkSync``."""
+        raise NotImplementedError
+
+    # -- the source, the clock ------------------------------------------------------------------------
+
+    def make_source(self, envs: VectorEnv, seed: int, world_size: int, env_steps: int) -> ReplaySource:
+        hp = self.hparams
+        return ReplaySource(
+            envs,
+            self.explore,
+            buffer_size=hp.buffer_size,
+            batch_size=hp.batch_size,
+            learning_starts=hp.learning_starts,
+            train_freq=hp.train_freq,
+            gradient_steps=hp.gradient_steps,
+            num_batches=hp.steps_per_epoch,
+            seed=seed,
+            buffer_seed=derive_seed(hp.seed, "replay", self.global_rank),
+            n_step=hp.n_step,
+            gamma=hp.gamma,
+            world_size=world_size,
+            env_steps=env_steps,
+            checkpoint_buffer=hp.checkpoint_buffer,
+        )
+
+    @property
+    def training_steps_per_collection(self) -> int:
+        return self.hparams.gradient_steps
+
+    @property
+    def env_steps_per_training_step(self) -> float:
+        hp = self.hparams
+        return hp.num_envs * hp.train_freq * self.world_size / hp.gradient_steps
+
+    def warmup_env_steps(self) -> int:
+        """``learning_starts`` rounded up to whole vectorised steps of every process."""
+        per_vector_step = self.hparams.num_envs * self.world_size
+        return math.ceil(self.hparams.learning_starts / per_vector_step) * per_vector_step
+
+    def discounts(self, batch: ReplayBufferSamples) -> float | Tensor:
+        """The bootstrap's discount of each sample: ``gamma``, or gamma^k of n-step samples."""
+        return self.hparams.gamma if batch.discounts is None else batch.discounts
+
+    @property
+    def update_generator(self) -> torch.Generator:
+        """The updates' own random stream (SAC's action samples, TD3's target noise), on the module's
+        device, seeded per rank and saved in checkpoints (every rank's)."""
+        if self._update_generator is None or self._update_generator.device != self.device:
+            seed = derive_seed(self.hparams.seed, "updates", self.global_rank)
+            self._update_generator = torch.Generator(device=self.device).manual_seed(seed)
+            if self._update_generator_state is not None:
+                try:
+                    self._update_generator.set_state(self._update_generator_state)
+                except RuntimeError:  # saved on another kind of device: a fresh stream
+                    rank_zero_warn(
+                        "the checkpoint's update generator is from another device: it restarts from its seed"
+                    )
+                self._update_generator_state = None
+        return self._update_generator
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+
+    def extra_checkpoint_state(self) -> dict[str, Any]:
+        generator = self._update_generator
+        # Every rank's stream (Lightning writes rank 0's checkpoint; each rank restores its own).
+        return {"update_generators": self._gather(None if generator is None else generator.get_state())}
+
+    def load_extra_checkpoint_state(self, state: dict[str, Any]) -> None:
+        states = state.get("update_generators") or []
+        rank = self.global_rank if self._trainer is not None else 0
+        self._update_generator = None
+        self._update_generator_state = states[rank] if rank < len(states) else None
