@@ -1,6 +1,6 @@
 """rl_lightning: reinforcement learning written as ordinary PyTorch Lightning."""
 
-from rl_lightning.algos import DQNModule, PPOModule, RLModule, VPGModule
+from rl_lightning.algos import DQNModule, OffPolicyModule, PPOModule, RLModule, SACModule, TD3Module, VPGModule
 from rl_lightning.callbacks.evaluation import EvalResult, evaluate_policy
 from rl_lightning.envs import (
     Acrobot,
@@ -26,11 +26,14 @@ __all__ = [
     "GymnasiumVectorEnv",
     "MountainCar",
     "MountainCarContinuous",
+    "OffPolicyModule",
     "PPOModule",
     "Pendulum",
     "PolicyNetwork",
     "QNetwork",
     "RLModule",
+    "SACModule",
+    "TD3Module",
     "VPGModule",
     "VectorEnv",
     "evaluate_policy",

@@ -157,6 +157,78 @@ def compute_td_loss(q_values: Tensor, td_targets: Tensor, loss: str = "mse") -> 
     raise ValueError(f"loss must be 'mse' or 'huber', got {loss!r}")
 
 
+# -- continuous control off-policy (SAC, TD3) ---------------------------------------------------
+
+
+def compute_ensemble_td_loss(q_values: Tensor, td_targets: Tensor) -> Tensor:
+    """The sum over the critics of each one's mean squared TD error (CleanRL's ``qf1_loss + qf2_loss``).
+
+    Args:
+        q_values: ``(num_critics, batch)`` Q(s, a) of each critic.
+        td_targets: ``(batch,)``, without gradient.
+    """
+    return (q_values.float() - td_targets.float().unsqueeze(0)).square().mean(dim=1).sum()
+
+
+def compute_sac_target(
+    rewards: Tensor,
+    terminated: Tensor,
+    next_q_values: Tensor,
+    next_logprobs: Tensor,
+    alpha: float | Tensor,
+    gamma: float | Tensor,
+) -> Tensor:
+    """SAC's soft TD target ``r + gamma (1 - terminated) (min_i Q_target_i(s', a') - alpha log pi(a'|s'))``
+    with ``a' ~ pi(.|s')``: the smallest critic's value (clipped double Q) minus the entropy term.
+
+    Args:
+        next_q_values: ``(num_critics, batch)`` target critics at ``(s', a')``.
+        next_logprobs: ``(batch,)`` log pi(a'|s').
+        alpha: the entropy temperature.
+        gamma: discount factor, or per-sample discounts (n-step).
+    """
+    soft_values = next_q_values.float().min(dim=0).values - alpha * next_logprobs.float()
+    return compute_td_target(rewards, terminated, soft_values, gamma)
+
+
+def compute_sac_actor_loss(q_values: Tensor, logprobs: Tensor, alpha: float | Tensor) -> Tensor:
+    """``E[alpha log pi(a|s) - min_i Q_i(s, a)]`` for reparameterised ``a ~ pi(.|s)`` (the critics'
+    parameters detached, so only the actor learns from it).
+
+    Args:
+        q_values: ``(num_critics, batch)``.
+        logprobs: ``(batch,)``.
+    """
+    return (alpha * logprobs.float() - q_values.float().min(dim=0).values).mean()
+
+
+def compute_sac_alpha_loss(log_alpha: Tensor, logprobs: Tensor, target_entropy: float) -> Tensor:
+    """``-E[log_alpha (log pi(a|s) + target_entropy)]``: raises alpha while the policy's entropy
+    (``-log pi``) is below ``target_entropy``, lowers it above (SB3's form, in log alpha)."""
+    return -(log_alpha.float() * (logprobs.detach().float() + target_entropy)).mean()
+
+
+def compute_td3_target(rewards: Tensor, terminated: Tensor, next_q_values: Tensor, gamma: float | Tensor) -> Tensor:
+    """TD3's target ``r + gamma (1 - terminated) min_i Q_target_i(s', a')`` (clipped double Q; one
+    critic: DDPG's target), ``next_q_values`` ``(num_critics, batch)``."""
+    return compute_td_target(rewards, terminated, next_q_values.float().min(dim=0).values, gamma)
+
+
+def smooth_target_actions(
+    target_actions: Tensor, noise: Tensor, noise_clip: float, action_scale: Tensor, low: Tensor, high: Tensor
+) -> Tensor:
+    """TD3's target policy smoothing: ``clamp(a' + clamp(noise, -noise_clip, noise_clip) * scale, low, high)``.
+
+    Args:
+        target_actions: ``(batch, *action_shape)`` the target actor's actions.
+        noise: like ``target_actions``: N(0, target_noise) draws (in units of the half-range).
+        noise_clip: the noise's bound (in the same units).
+        action_scale, low, high: the ``Box``'s half-range and bounds, broadcastable to the actions.
+    """
+    clipped = noise.float().clamp(-noise_clip, noise_clip) * action_scale
+    return torch.maximum(torch.minimum(target_actions.float() + clipped, high), low)
+
+
 # -- actor-critic (PPO) ----------------------------------------------------------------------
 
 

@@ -210,3 +210,81 @@ def test_ppo_loss_kl_clipfrac_explained_variance_and_advantage_normalisation_by_
     assert compute_explained_variance(torch.full((4,), 2.5), returns).item() == 0.0
     normalized = normalize_advantages(torch.tensor([1.0, 2.0, 3.0]))
     torch.testing.assert_close(normalized, torch.tensor([-1.0, 0.0, 1.0]), atol=1e-6, rtol=0)
+
+
+# -- n-step returns, SAC and TD3 ------------------------------------------------------------------
+
+
+def test_n_step_returns_cut_at_an_episode_end_and_say_where_to_bootstrap():
+    """Three chains of n = 3, gamma 0.5: no end (bootstrap after 3 steps with 0.125), an end on the
+    second step (summed, the last; the caller takes that step's terminated and final obs: zero for a
+    termination, V(final obs) with 0.25 for a truncation), an end on the first step."""
+    from rl_lightning.losses import compute_n_step_returns
+
+    rewards = torch.tensor([[1.0, 2.0, 4.0], [1.0, 2.0, 4.0], [8.0, 2.0, 4.0]])
+    dones = torch.tensor([[False, False, False], [False, True, False], [True, False, True]])
+    returns, last, discounts = compute_n_step_returns(rewards, dones, 0.5)
+    torch.testing.assert_close(returns, torch.tensor([1 + 0.5 * 2 + 0.25 * 4, 1 + 0.5 * 2, 8.0]))
+    assert last.tolist() == [2, 1, 0]
+    torch.testing.assert_close(discounts, torch.tensor([0.125, 0.25, 0.5]))
+    with pytest.raises(ValueError, match="rewards and dones"):
+        compute_n_step_returns(rewards, dones[:, :2], 0.5)
+
+
+def test_td_target_takes_per_sample_discounts():
+    rewards, terminated = torch.tensor([1.0, 1.0]), torch.tensor([False, True])
+    target = compute_td_target(rewards, terminated, torch.tensor([10.0, 10.0]), torch.tensor([0.25, 0.5]))
+    torch.testing.assert_close(target, torch.tensor([1.0 + 0.25 * 10, 1.0]))
+
+
+def test_sac_target_is_the_smallest_critic_minus_the_entropy_term():
+    from rl_lightning.losses import compute_sac_target
+
+    next_q = torch.tensor([[5.0, 3.0, 2.0], [4.0, 6.0, 9.0]])  # two critics, three samples
+    next_logprobs = torch.tensor([-1.0, 0.5, 2.0])
+    target = compute_sac_target(
+        torch.tensor([1.0, 0.0, -1.0]), torch.tensor([False, False, True]), next_q, next_logprobs, 0.2, 0.9
+    )
+    # min Q = [4, 3, 2]; soft value = min Q - 0.2 log pi = [4.2, 2.9, 1.6]; the third is terminal
+    torch.testing.assert_close(target, torch.tensor([1 + 0.9 * 4.2, 0 + 0.9 * 2.9, -1.0]))
+
+
+def test_sac_actor_and_temperature_losses():
+    from rl_lightning.losses import compute_sac_actor_loss, compute_sac_alpha_loss
+
+    q = torch.tensor([[1.0, 4.0], [2.0, 3.0]])
+    logprobs = torch.tensor([-1.0, 1.0], requires_grad=True)
+    actor_loss = compute_sac_actor_loss(q, logprobs, 0.5)
+    torch.testing.assert_close(actor_loss, torch.tensor(((0.5 * -1 - 1) + (0.5 * 1 - 3)) / 2))
+    log_alpha = torch.tensor(0.3, requires_grad=True)
+    alpha_loss = compute_sac_alpha_loss(log_alpha, logprobs, target_entropy=-1.0)
+    torch.testing.assert_close(alpha_loss, -(0.3 * ((-1 - 1) + (1 - 1))) / 2 * torch.tensor(1.0))
+    alpha_loss.backward()
+    # d/dlog_alpha = -mean(logp + target_entropy) = -(-2 + 0) / 2 = 1: the entropy (1) is above -1, alpha falls
+    assert log_alpha.grad.item() == pytest.approx(1.0) and logprobs.grad is None
+
+
+def test_td3_target_and_target_policy_smoothing():
+    from rl_lightning.losses import compute_td3_target, smooth_target_actions
+
+    next_q = torch.tensor([[5.0, 3.0], [4.0, 6.0]])
+    target = compute_td3_target(torch.tensor([1.0, 2.0]), torch.tensor([False, True]), next_q, 0.5)
+    torch.testing.assert_close(target, torch.tensor([1 + 0.5 * 4, 2.0]))
+    # Box [-2, 2] (half-range 2): noise clipped to +-0.5 half-ranges, the action to the bounds
+    actions = smooth_target_actions(
+        torch.tensor([[0.0], [1.5], [-1.9]]),
+        torch.tensor([[0.3], [0.9], [-0.2]]),
+        0.5,
+        torch.tensor([2.0]),
+        torch.tensor([-2.0]),
+        torch.tensor([2.0]),
+    )
+    torch.testing.assert_close(actions, torch.tensor([[0.6], [2.0], [-2.0]]))
+
+
+def test_ensemble_td_loss_sums_each_critics_mean_squared_error():
+    from rl_lightning.losses import compute_ensemble_td_loss
+
+    q = torch.tensor([[1.0, 2.0], [0.0, 4.0]])
+    loss = compute_ensemble_td_loss(q, torch.tensor([1.0, 3.0]))
+    torch.testing.assert_close(loss, torch.tensor((0 + 1) / 2 + (1 + 1) / 2))

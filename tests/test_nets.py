@@ -189,3 +189,80 @@ def test_a_q_network_needs_discrete_actions():
         QNetwork((4,), gym.spaces.Box(-1, 1, (2,)))
     with pytest.raises(ValueError, match="MultiBinary"):
         PolicyNetwork((4,), gym.spaces.MultiBinary(3))
+
+
+# -- SAC's and TD3's networks ---------------------------------------------------------------------
+
+
+def _pendulum_spaces():
+    return gym.spaces.Box(-np.inf, np.inf, (3,), dtype=np.float32), gym.spaces.Box(-2.0, 2.0, (1,), dtype=np.float32)
+
+
+def test_squashed_gaussian_actor_samples_in_the_bounds_with_the_change_of_variables_log_prob():
+    from torch.distributions import Normal, TransformedDistribution
+    from torch.distributions.transforms import AffineTransform, TanhTransform
+
+    from rl_lightning.nets import SquashedGaussianActor
+
+    observation_space = gym.spaces.Box(-1, 1, (3,), dtype=np.float32)
+    action_space = gym.spaces.Box(np.array([-2.0, 0.0], dtype=np.float32), np.array([2.0, 1.0], dtype=np.float32))
+    actor = SquashedGaussianActor(observation_space, action_space, hidden_sizes=(16,))
+    obs = torch.randn(4000, 3)
+    actions, logprobs = actor.sample(obs, torch.Generator().manual_seed(0))
+    assert actions.shape == (4000, 2) and logprobs.shape == (4000,)
+    assert (actions[:, 0].abs() <= 2).all() and (actions[:, 1] >= 0).all() and (actions[:, 1] <= 1).all()
+    mean, log_std = actor(obs)
+    assert (log_std >= -5).all() and (log_std <= 2).all()
+    # torch's own tanh-then-affine distribution gives the same density (up to the 1e-6 guard)
+    reference = TransformedDistribution(
+        Normal(mean, log_std.exp()), [TanhTransform(), AffineTransform(actor.action_bias, actor.action_scale)]
+    )
+    inside = (actions - actor.action_bias).abs().max(dim=1).values < 0.99 * actor.action_scale.min()
+    expected = reference.log_prob(actions).sum(-1)
+    torch.testing.assert_close(logprobs[inside], expected[inside], atol=2e-3, rtol=1e-3)
+    torch.testing.assert_close(actor.mode(obs[:5]), actor.action_bias + actor.action_scale * torch.tanh(mean[:5]))
+    mean.sum().backward()  # reparameterised: the samples carry gradients to the actor
+    assert actor.mean.weight.grad is not None
+
+
+def test_deterministic_actor_maps_into_the_bounds():
+    from rl_lightning.nets import DeterministicActor
+
+    observation_space, action_space = _pendulum_spaces()
+    actor = DeterministicActor(observation_space, action_space, hidden_sizes=(8,))
+    actions = actor(torch.randn(100, 3) * 100)
+    assert (
+        actions.shape == (100, 1)
+        and (actions.abs() <= 2).all()
+        and torch.equal(actor.mode(torch.zeros(2, 3)), actor(torch.zeros(2, 3)))
+    )
+
+
+def test_critic_ensemble_is_independent_mlps_evaluated_together():
+    from rl_lightning.nets import CriticEnsemble
+
+    observation_space, action_space = _pendulum_spaces()
+    critics = CriticEnsemble(observation_space, action_space, num_critics=3, hidden_sizes=(8, 8))
+    obs, actions = torch.randn(5, 3), torch.randn(5, 1, requires_grad=True)
+    q = critics(obs, actions)
+    assert q.shape == (3, 5)
+    x = torch.cat([obs, actions], -1)
+    for member in range(3):  # member i is its own MLP: the i-th slice of every layer
+        h = x
+        for index, layer in enumerate(critics.layers):
+            h = h @ layer.weight[member] + layer.bias[member]
+            h = torch.relu(h) if index < len(critics.layers) - 1 else h
+        torch.testing.assert_close(q[member], h.squeeze(-1))
+    # detach_params: gradients reach the actions, not the critics (the actor's loss)
+    critics(obs, actions, detach_params=True).sum().backward()
+    assert actions.grad is not None and all(p.grad is None for p in critics.parameters())
+
+
+def test_off_policy_networks_refuse_images_and_unbounded_actions():
+    from rl_lightning.nets import SquashedGaussianActor
+
+    observation_space, _ = _pendulum_spaces()
+    with pytest.raises(ValueError, match="finite action bounds"):
+        SquashedGaussianActor(observation_space, gym.spaces.Box(-np.inf, np.inf, (1,), dtype=np.float32))
+    with pytest.raises(ValueError, match="vector observations"):
+        SquashedGaussianActor(gym.spaces.Box(0, 255, (36, 36, 3), dtype=np.uint8), _pendulum_spaces()[1])

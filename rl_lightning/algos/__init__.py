@@ -2,10 +2,22 @@
 
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.dqn import DQNModule
+from rl_lightning.algos.off_policy import OffPolicyModule
 from rl_lightning.algos.ppo import PPOModule
+from rl_lightning.algos.sac import SACModule
+from rl_lightning.algos.td3 import TD3Module
 from rl_lightning.algos.vpg import VPGModule
 
 #: Every algorithm module (the CLI's ``--model`` choices, the hints of unsupported-space errors).
-ALGORITHMS = (VPGModule, DQNModule, PPOModule)
+ALGORITHMS = (VPGModule, DQNModule, PPOModule, SACModule, TD3Module)
 
-__all__ = ["ALGORITHMS", "DQNModule", "PPOModule", "RLModule", "VPGModule"]
+__all__ = [
+    "ALGORITHMS",
+    "DQNModule",
+    "OffPolicyModule",
+    "PPOModule",
+    "RLModule",
+    "SACModule",
+    "TD3Module",
+    "VPGModule",
+]

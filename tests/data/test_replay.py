@@ -168,3 +168,83 @@ def test_source_counts_env_steps_of_all_processes():
     source.fill()
     # each of 3 processes plays ceil(30 / 12) = 3 vector steps of 4 envs
     assert source.env_steps == 36 and source.buffer.size == 12
+
+
+def test_n_step_samples_follow_each_envs_chain_and_cut_at_termination_and_truncation():
+    """2 envs, n = 3, gamma 0.5. Env 0: rewards 1, 2, 4, 8 with a termination after the 2nd step;
+    env 1: rewards 10, 20, 40, 80 with a truncation after the 2nd. Every sample starting at step 0
+    sums 2 steps and ends on that step: env 0 terminal (no bootstrap), env 1 bootstrapping from its
+    true final obs with 0.25; samples from step 1 sum 1 step; the newest 2 steps start none (their
+    chains of 3 are not complete yet)."""
+    buffer = ReplayBuffer(buffer_size=16, obs_shape=(1,), num_envs=2, seed=0, n_step=3, gamma=0.5)
+    rewards = [[1.0, 10.0], [2.0, 20.0], [4.0, 40.0], [8.0, 80.0]]
+    ended = [[False, False], [True, True], [False, False], [False, False]]
+    for t in range(4):
+        obs = torch.tensor([[float(t)], [100.0 + t]])
+        buffer.add(
+            obs,
+            torch.tensor([0, 1]),
+            torch.tensor(rewards[t]),
+            torch.tensor([ended[t][0], False]),  # env 0 terminates at t = 1, env 1 is truncated there
+            obs + 0.5,  # the true final (next) obs
+            torch.tensor(ended[t]),
+        )
+    samples = buffer.sample(400)
+    start = samples.obs[:, 0]
+    assert set(start.tolist()) == {0.0, 1.0, 100.0, 101.0}  # the newest (n - 1) steps start none
+    expected = {  # start obs: (summed rewards, terminated, next obs, discount)
+        0.0: (1 + 0.5 * 2, True, 1.5, 0.25),
+        1.0: (2.0, True, 1.5, 0.5),
+        100.0: (10 + 0.5 * 20, False, 101.5, 0.25),
+        101.0: (20.0, False, 101.5, 0.5),
+    }
+    for obs, (total, terminated, next_obs, discount) in expected.items():
+        rows = start == obs
+        assert torch.all(samples.rewards[rows] == total) and torch.all(samples.terminated[rows] == terminated)
+        assert torch.all(samples.next_obs[rows, 0] == next_obs) and torch.all(samples.discounts[rows] == discount)
+
+
+def test_n_step_chains_continue_across_the_ring_and_need_dones():
+    buffer = ReplayBuffer(buffer_size=6, obs_shape=(1,), num_envs=2, seed=0, n_step=2, gamma=0.5)
+    for t in range(5):  # 10 transitions into 6 slots: the ring wrapped, steps 2, 3, 4 are kept
+        obs = torch.tensor([[float(t)], [float(t)]])
+        buffer.add(
+            obs,
+            torch.tensor([0, 0]),
+            torch.full((2,), float(t)),
+            torch.zeros(2, dtype=torch.bool),
+            obs + 1,
+            torch.zeros(2, dtype=torch.bool),
+        )
+    samples = buffer.sample(200)
+    assert set(samples.obs[:, 0].tolist()) == {2.0, 3.0}  # step 4 has no successor yet
+    rows = samples.obs[:, 0] == 3.0
+    assert torch.all(samples.rewards[rows] == 3 + 0.5 * 4) and torch.all(samples.next_obs[rows, 0] == 5.0)
+    with pytest.raises(ValueError, match="needs dones"):
+        buffer.add(
+            *(torch.zeros(2, 1), torch.zeros(2, dtype=torch.int64), torch.zeros(2)),
+            torch.zeros(2, dtype=torch.bool),
+            torch.zeros(2, 1),
+        )
+    with pytest.raises(ValueError, match=r"n_step - 1\) \* num_envs"):
+        ReplayBuffer(buffer_size=4, obs_shape=(1,), num_envs=2, n_step=3)
+
+
+def test_a_buffer_for_an_env_takes_its_spaces():
+    box = ReplayBuffer.for_env(make_envs("Pendulum-v1", 2, seed=0), 10)
+    assert box.actions.dtype == torch.float32 and box.actions.shape == (10, 1) and box.obs.shape == (10, 3)
+    discrete = ReplayBuffer.for_env(make_envs("CartPole-v1", 2, seed=0), 10)
+    assert discrete.actions.dtype == torch.int64 and discrete.actions.shape == (10,)
+    image = ReplayBuffer.for_env(make_envs("ImageProbe5-v0", 2, seed=0), 10)
+    assert image.obs.dtype == torch.uint8
+
+
+def test_source_collects_train_freq_steps_per_gradient_steps_batches():
+    source = _source(make_envs("Probe1-v0", num_envs=4, seed=0), learning_starts=8, train_freq=3, gradient_steps=2)
+    source.num_batches = 6
+    befores = []
+    for _ in source:
+        befores.append(source.env_steps_before_batch)
+    # warm-up of 2 vector steps, then 3 collections of 3 vector steps, each shared by 2 batches
+    assert source.env_steps == 8 + 3 * 3 * 4
+    assert befores == [0, 0, 20, 20, 32, 32]

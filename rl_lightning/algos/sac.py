@@ -1,0 +1,214 @@
+"""Soft actor-critic as a LightningModule on the off-policy layer (``algos/off_policy.py``).
+
+    per training step (after learning_starts random env steps; train_freq env steps per gradient_steps updates):
+        a' ~ pi(.|s')                                          (SquashedGaussianActor, reparameterised)
+        y  = r + gamma^n (1 - terminated) (min_i Q_targ_i(s', a') - alpha log pi(a'|s'))   compute_sac_target
+        critic loss = sum_i mean (Q_i(s, a) - y)^2                                        compute_ensemble_td_loss
+        a~ ~ pi(.|s):  actor loss = mean(alpha log pi(a~|s) - min_i Q_i(s, a~)),  critics detached
+        alpha loss  = -mean(log_alpha (log pi(a~|s) + target_entropy))                   (learned alpha)
+        one Adam step on the sum: each term reaches only its own parameters (three parameter groups)
+        TargetNetworkSync: Q_targ <- tau Q + (1 - tau) Q_targ after every update
+
+One optimizer step per training step (TorchRL's ``SACLoss`` pattern) instead of SB3's three: the actor's
+loss uses the critics from before this step's critic update. Lightning's ``global_step``, ``max_steps``,
+gradient clipping and the NaN guard then count and cover SAC's updates as any other algorithm's.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+
+from rl_lightning._checks import check_float, check_int, check_sizes
+from rl_lightning.algos.off_policy import OffPolicyModule
+from rl_lightning.callbacks.target_sync import TargetNetworkSync
+from rl_lightning.data.replay import ReplayBufferSamples
+from rl_lightning.export import GreedyPolicy
+from rl_lightning.losses import (
+    compute_ensemble_td_loss,
+    compute_sac_actor_loss,
+    compute_sac_alpha_loss,
+    compute_sac_target,
+)
+from rl_lightning.nets import CriticEnsemble, SquashedGaussianActor
+from rl_lightning.seeding import seeded
+
+
+class SACModule(OffPolicyModule):
+    """SAC (twin Q, Polyak targets, a learned or fixed entropy temperature) for ``Box`` action spaces.
+
+    The defaults are SB3's and CleanRL's SAC for MuJoCo-sized envs: one env, a 1M-transition buffer,
+    5,000 random steps first (CleanRL's ``learning_starts``), one update of 256 transitions per env
+    step, (256, 256) ReLU networks, lr 3e-4 for actor, critics and temperature (SB3's one lr), tau
+    0.005, alpha learned from 1.0 toward an entropy of ``-dim(A)``. ``configs/sac_pendulum.yaml``
+    holds settings tuned for time to solve Pendulum-v1.
+
+    Args:
+        env_id: a native env id or any gymnasium id with a bounded ``Box`` action space.
+        num_envs: envs stepped in lock-step per process.
+        buffer_size: replay capacity in transitions (per process).
+        batch_size: transitions per update.
+        learning_starts: env steps (all processes) of uniformly random actions before the first update.
+        train_freq: vectorised env steps per collection.
+        gradient_steps: updates per collection.
+        steps_per_epoch: training steps per epoch (evaluation and checkpoints run at epoch ends).
+        gamma: discount factor.
+        n_step: rewards summed per TD target (1: one-step SAC).
+        lr: Adam learning rate of actor, critics and temperature.
+        tau: Polyak weight of the target critics' update after every training step.
+        alpha: a fixed entropy temperature; None: learned (``alpha_init``, ``target_entropy``).
+        alpha_init: the learned temperature's initial value.
+        target_entropy: the entropy the learned temperature aims the policy at; None: ``-dim(A)``.
+        num_critics: Q networks in the ensemble (the target takes their minimum).
+        hidden_sizes: hidden widths of the actor and of each critic.
+        max_grad_norm: clip each update's global gradient norm to this; None: no clipping.
+        seed: seeds the network init (identical on every rank), the envs, exploration, replay sampling
+            and the updates' action samples.
+        checkpoint_buffer: save the replay buffer in checkpoints (exact resume).
+        env_backend: ``"auto"``, ``"torch"`` or ``"gymnasium"``.
+        env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}``.
+    """
+
+    action_kinds = ("box",)
+
+    def __init__(
+        self,
+        env_id: str = "Pendulum-v1",
+        num_envs: int = 1,
+        buffer_size: int = 1_000_000,
+        batch_size: int = 256,
+        learning_starts: int = 5_000,
+        train_freq: int = 1,
+        gradient_steps: int = 1,
+        steps_per_epoch: int = 1_000,
+        gamma: float = 0.99,
+        n_step: int = 1,
+        lr: float = 3e-4,
+        tau: float = 0.005,
+        alpha: float | None = None,
+        alpha_init: float = 1.0,
+        target_entropy: float | None = None,
+        num_critics: int = 2,
+        hidden_sizes: Sequence[int] = (256, 256),
+        max_grad_norm: float | None = None,
+        seed: int = 0,
+        checkpoint_buffer: bool = True,
+        env_backend: str = "auto",
+        env_kwargs: dict[str, Any] | None = None,
+    ):
+        super().__init__(
+            env_id,
+            num_envs,
+            seed,
+            env_backend,
+            env_kwargs,
+            buffer_size,
+            batch_size,
+            learning_starts,
+            train_freq,
+            gradient_steps,
+            steps_per_epoch,
+            gamma,
+            n_step,
+            checkpoint_buffer,
+        )
+        check_float("lr", lr, 0.0, low_open=True)
+        check_float("tau", tau, 0.0, 1.0, low_open=True)
+        if alpha is not None:
+            check_float("alpha", alpha, 0.0)
+        check_float("alpha_init", alpha_init, 0.0, low_open=True)
+        if target_entropy is not None:
+            check_float("target_entropy", target_entropy)
+        check_int("num_critics", num_critics, 1)
+        hidden_sizes = check_sizes("hidden_sizes", hidden_sizes)
+        if max_grad_norm is not None:
+            check_float("max_grad_norm", max_grad_norm, 0.0, low_open=True)
+        self.save_hyperparameters()
+        with seeded(seed):  # the same initial weights on every rank
+            self.actor = SquashedGaussianActor(self.observation_space, self.action_space, hidden_sizes)
+            self.critic = CriticEnsemble(self.observation_space, self.action_space, num_critics, hidden_sizes)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.target_entropy = -float(math.prod(self.action_shape)) if target_entropy is None else float(target_entropy)
+        if alpha is None:
+            self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha_init)))
+        else:  # fixed: a buffer, in the checkpoint and on the module's device, never trained
+            self.register_buffer("log_alpha", torch.tensor(math.log(alpha) if alpha > 0 else -math.inf))
+
+    @property
+    def alpha(self) -> Tensor:
+        """The entropy temperature (no gradient)."""
+        return self.log_alpha.detach().exp()
+
+    # -- acting ---------------------------------------------------------------------------------
+
+    def explore(self, obs: Tensor, generator: torch.Generator) -> Tensor:
+        """A sample of the squashed Gaussian policy."""
+        return self.actor.sample(obs, generator)[0]
+
+    def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
+        """The squashed mean if ``greedy``, else a sample (torch's global RNG)."""
+        actions = self.actor.mode(obs) if greedy else self.actor.sample(obs)[0]
+        self.check_finite_outputs(actions, "policy's actions")
+        return actions
+
+    def greedy_policy(self) -> nn.Module:
+        return GreedyPolicy(self.actor)
+
+    def target_network_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.target_critic, self.critic)]
+
+    # -- learning -------------------------------------------------------------------------------
+
+    def training_step(self, batch: ReplayBufferSamples, batch_idx: int) -> Tensor:
+        alpha = self.alpha
+        generator = self.update_generator
+        with torch.no_grad():
+            next_actions, next_logprobs = self.actor.sample(batch.next_obs, generator)
+            td_targets = compute_sac_target(
+                batch.rewards,
+                batch.terminated,
+                self.target_critic(batch.next_obs, next_actions),
+                next_logprobs,
+                alpha,
+                self.discounts(batch),
+            )
+        q_values = self.critic(batch.obs, batch.actions)
+        critic_loss = compute_ensemble_td_loss(q_values, td_targets)
+        actions, logprobs = self.actor.sample(batch.obs, generator)
+        actor_loss = compute_sac_actor_loss(self.critic(batch.obs, actions, detach_params=True), logprobs, alpha)
+        loss = critic_loss + actor_loss
+        learned_alpha = isinstance(self.log_alpha, nn.Parameter)
+        if learned_alpha:
+            alpha_loss = compute_sac_alpha_loss(self.log_alpha, logprobs, self.target_entropy)
+            loss = loss + alpha_loss
+        if self._should_log():
+            metrics: dict[str, Tensor | float] = {
+                "losses/qf_loss": critic_loss.detach(),
+                "losses/qf_values": q_values.detach().mean(),
+                "losses/actor_loss": actor_loss.detach(),
+                "losses/alpha": alpha,
+                "losses/entropy": -logprobs.detach().mean(),
+            }
+            if learned_alpha:
+                metrics["losses/alpha_loss"] = alpha_loss.detach()
+            self.log_rl(metrics)
+            self.log_charts()
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        groups = [{"params": list(self.actor.parameters())}, {"params": list(self.critic.parameters())}]
+        if isinstance(self.log_alpha, nn.Parameter):
+            groups.append({"params": [self.log_alpha]})
+        return torch.optim.Adam(groups, lr=self.hparams.lr, fused=self.use_fused_adam())
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        return [
+            *super().configure_callbacks(),
+            TargetNetworkSync(every_n_env_steps=None, tau=self.hparams.tau),  # Polyak after every update
+        ]
