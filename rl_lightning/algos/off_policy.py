@@ -19,6 +19,7 @@ count and cover training steps for all of them.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,6 +31,22 @@ from rl_lightning.algos.base import RLModule
 from rl_lightning.data.replay import ReplayBufferSamples, ReplaySource
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.seeding import derive_seed
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """The layer's settings (``OffPolicyModule.replay``), kept by the layer itself: a subclass's
+    hyper-parameters need not repeat them."""
+
+    buffer_size: int
+    batch_size: int
+    learning_starts: int
+    train_freq: int
+    gradient_steps: int
+    steps_per_epoch: int
+    gamma: float
+    n_step: int
+    checkpoint_buffer: bool
 
 
 class OffPolicyModule(RLModule):
@@ -93,6 +110,19 @@ class OffPolicyModule(RLModule):
                 "transitions"
             )
         check_bool("checkpoint_buffer", checkpoint_buffer)
+        self._num_envs = num_envs
+        #: The replay settings of the layer.
+        self.replay = ReplaySettings(
+            buffer_size,
+            batch_size,
+            learning_starts,
+            train_freq,
+            gradient_steps,
+            steps_per_epoch,
+            gamma,
+            n_step,
+            checkpoint_buffer,
+        )
         self._update_generator: torch.Generator | None = None
         self._update_generator_state: Tensor | None = None  # from a checkpoint, until the generator exists
 
@@ -110,42 +140,41 @@ class OffPolicyModule(RLModule):
     # -- the source, the clock ------------------------------------------------------------------------
 
     def make_source(self, envs: VectorEnv, seed: int, world_size: int, env_steps: int) -> ReplaySource:
-        hp = self.hparams
+        replay = self.replay
         return ReplaySource(
             envs,
             self.explore,
-            buffer_size=hp.buffer_size,
-            batch_size=hp.batch_size,
-            learning_starts=hp.learning_starts,
-            train_freq=hp.train_freq,
-            gradient_steps=hp.gradient_steps,
-            num_batches=hp.steps_per_epoch,
+            buffer_size=replay.buffer_size,
+            batch_size=replay.batch_size,
+            learning_starts=replay.learning_starts,
+            train_freq=replay.train_freq,
+            gradient_steps=replay.gradient_steps,
+            num_batches=replay.steps_per_epoch,
             seed=seed,
-            buffer_seed=derive_seed(hp.seed, "replay", self.global_rank),
-            n_step=hp.n_step,
-            gamma=hp.gamma,
+            buffer_seed=derive_seed(self.hparams.seed, "replay", self.global_rank),
+            n_step=replay.n_step,
+            gamma=replay.gamma,
             world_size=world_size,
             env_steps=env_steps,
-            checkpoint_buffer=hp.checkpoint_buffer,
+            checkpoint_buffer=replay.checkpoint_buffer,
         )
 
     @property
     def training_steps_per_collection(self) -> int:
-        return self.hparams.gradient_steps
+        return self.replay.gradient_steps
 
     @property
     def env_steps_per_training_step(self) -> float:
-        hp = self.hparams
-        return hp.num_envs * hp.train_freq * self.world_size / hp.gradient_steps
+        return self._num_envs * self.replay.train_freq * self.world_size / self.replay.gradient_steps
 
     def warmup_env_steps(self) -> int:
         """``learning_starts`` rounded up to whole vectorised steps of every process."""
-        per_vector_step = self.hparams.num_envs * self.world_size
-        return math.ceil(self.hparams.learning_starts / per_vector_step) * per_vector_step
+        per_vector_step = self._num_envs * self.world_size
+        return math.ceil(self.replay.learning_starts / per_vector_step) * per_vector_step
 
     def discounts(self, batch: ReplayBufferSamples) -> float | Tensor:
         """The bootstrap's discount of each sample: ``gamma``, or gamma^k of n-step samples."""
-        return self.hparams.gamma if batch.discounts is None else batch.discounts
+        return self.replay.gamma if batch.discounts is None else batch.discounts
 
     @property
     def update_generator(self) -> torch.Generator:

@@ -1,7 +1,7 @@
 """Run by tests/distributed/test_ddp.py: fit VPG (or PPO) with Trainer(devices=2, strategy=...) on
 CPU (gloo) and write each rank's final weights and counters to OUT_DIR/rank<k>.pt.
 
-    python ddp_fit.py OUT_DIR STRATEGY [vpg|ppo]
+    python ddp_fit.py OUT_DIR STRATEGY [vpg|ppo|sac|td3]
 """
 
 import sys
@@ -10,7 +10,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from rl_lightning import PPOModule, VPGModule
+from rl_lightning import PPOModule, SACModule, TD3Module, VPGModule
 
 
 class Record(L.Callback):
@@ -38,6 +38,9 @@ def main() -> None:
         module = PPOModule(
             num_envs=8, num_steps_per_rollout=25, update_epochs=2, num_minibatches=2, normalize_obs=True, seed=4
         )
+    elif algo in ("sac", "td3"):  # each rank its own buffer and envs; one optimizer, gradients averaged
+        cls = SACModule if algo == "sac" else TD3Module
+        module = cls(num_envs=2, buffer_size=500, batch_size=32, learning_starts=32, hidden_sizes=(16, 16), seed=4)
     else:
         module = VPGModule(num_envs=8, num_steps_per_rollout=50, seed=4)
 

@@ -51,6 +51,32 @@ def test_ppo_ddp_two_cpu_processes_agree_on_weights_and_running_statistics(tmp_p
         torch.testing.assert_close(tensor, rank1["state_dict"][name], rtol=0, atol=0, msg=name)
 
 
+def test_sac_ddp_two_cpu_processes_end_with_identical_weights_and_their_own_buffers(tmp_path):
+    """4 updates; rank r's envs seeded apart, so the buffers differ, but the averaged gradients keep
+    actor, critics, temperature and targets identical. Env steps: 32 random (8 vector steps of 2 envs on
+    2 ranks) + 4 x 2 x 2."""
+    rank0, rank1 = _run(tmp_path, "ddp", "sac")
+    assert rank0["global_step"] == rank1["global_step"] == 4
+    assert rank0["env_steps"] == rank1["env_steps"] == 32 + 4 * 2 * 2
+    assert {"log_alpha", "target_critic.layers.0.weight"} <= rank0["state_dict"].keys()
+    for name, tensor in rank0["state_dict"].items():
+        torch.testing.assert_close(tensor, rank1["state_dict"][name], rtol=0, atol=0, msg=name)
+
+
+def test_td3_with_a_policy_delay_under_plain_ddp_says_which_strategy_to_use(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(HERE / "ddp_fit.py"), str(tmp_path), "ddp", "td3"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode != 0
+    assert "strategy='ddp_find_unused_parameters_true'" in result.stderr
+    rank0, rank1 = _run(tmp_path, "ddp_find_unused_parameters_true", "td3")
+    for name, tensor in rank0["state_dict"].items():
+        torch.testing.assert_close(tensor, rank1["state_dict"][name], rtol=0, atol=0, msg=name)
+
+
 def test_the_training_script_under_ddp_prints_its_start_line_and_report_once_and_ends(tmp_path):
     """Two gloo processes from scripts/train_vpg.py: the start line and the report (rank 0 only) must not
     wait on a collective the other rank never joins, and Lightning's sync_dist advice for metrics that

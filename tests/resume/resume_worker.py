@@ -2,7 +2,7 @@
 
     python resume_worker.py ALGO ROOT MAX_STEPS [--kill_at_step K] [--resume]
 
-trains ALGO ("vpg", "dqn" or "ppo") with a ModelCheckpoint rewriting ROOT/checkpoints/last.ckpt every
+trains ALGO ("vpg", "dqn", "ppo", "sac" or "td3") with a ModelCheckpoint rewriting ROOT/checkpoints/last.ckpt every
 epoch, optionally SIGKILLs itself after training step K (mid-epoch, after the last checkpoint),
 or resumes with ckpt_path="last"; at the end it saves the weights to ROOT/weights.pt.
 """
@@ -16,7 +16,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from rl_lightning import DQNModule, PPOModule, VPGModule
+from rl_lightning import DQNModule, PPOModule, SACModule, TD3Module, VPGModule
 
 
 def build(algo: str) -> L.LightningModule:
@@ -42,6 +42,21 @@ def build(algo: str) -> L.LightningModule:
             num_minibatches=2,
             normalize_obs=True,
             normalize_rewards=True,
+            seed=5,
+        )
+    if algo in ("sac", "td3"):
+        # Two envs, 2 updates per collection, 2-step returns: the buffer, the temperature and its Adam
+        # state, the targets, the update generator and the place in a collection must all carry over.
+        cls = SACModule if algo == "sac" else TD3Module
+        return cls(
+            num_envs=2,
+            buffer_size=500,
+            batch_size=32,
+            learning_starts=64,
+            gradient_steps=2,
+            steps_per_epoch=5,
+            n_step=2,
+            hidden_sizes=(16, 16),
             seed=5,
         )
     return DQNModule(num_envs=4, buffer_size=500, batch_size=32, learning_starts=64, steps_per_epoch=5, seed=5)

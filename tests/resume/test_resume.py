@@ -50,10 +50,12 @@ def _assert_same_weights(a: dict, b: dict) -> None:
         assert torch.equal(a[name], b[name]), name
 
 
-@pytest.mark.parametrize(("algo", "first", "total"), [("vpg", 4, 10), ("dqn", 10, 25), ("ppo", 8, 20)])
+@pytest.mark.parametrize(
+    ("algo", "first", "total"), [("vpg", 4, 10), ("dqn", 10, 25), ("ppo", 8, 20), ("sac", 10, 25), ("td3", 5, 25)]
+)
 def test_resume_from_last_gives_the_same_weights_as_training_straight(tmp_path, algo, first, total):
     straight = build(algo)
-    _fit(straight, tmp_path / "straight", total)
+    straight_trainer = _fit(straight, tmp_path / "straight", total)
 
     stopped = _fit(build(algo), tmp_path / "split", total, stop_at=first)  # stops at an epoch's end
     assert stopped.global_step == first
@@ -63,8 +65,13 @@ def test_resume_from_last_gives_the_same_weights_as_training_straight(tmp_path, 
     assert trainer.global_step == total
     assert resumed.env_steps == straight.env_steps
     _assert_same_weights(resumed.state_dict(), straight.state_dict())
+    # the optimizer's moments and step counts too (TD3's actor parameters count only their delayed updates)
     optimizer_state = trainer.optimizers[0].state_dict()["state"]
-    assert all(int(state["step"]) == total for state in optimizer_state.values())
+    straight_state = straight_trainer.optimizers[0].state_dict()["state"]
+    assert optimizer_state.keys() == straight_state.keys() and optimizer_state
+    for key, state in optimizer_state.items():
+        _assert_same_weights(state, straight_state[key])
+    assert max(int(state["step"]) for state in optimizer_state.values()) == total
 
 
 @pytest.mark.parametrize("algo", ["ppo", "vpg_split"])
@@ -122,7 +129,9 @@ def test_resume_without_replay_buffer_refills_it(tmp_path):
     assert resumed.env_steps == (64 + 10 * 4) + 64 + 5 * 4
 
 
-@pytest.mark.parametrize(("algo", "kill_at", "total"), [("vpg", 5, 8), ("dqn", 13, 20), ("ppo", 10, 16)])
+@pytest.mark.parametrize(
+    ("algo", "kill_at", "total"), [("vpg", 5, 8), ("dqn", 13, 20), ("ppo", 10, 16), ("sac", 13, 20)]
+)
 def test_sigkilled_run_resumes_as_if_never_stopped(tmp_path, algo, kill_at, total):
     """SIGKILL mid-epoch (after the last checkpoint); `ckpt_path="last"` then reaches the same
     weights as a run that was never interrupted."""
