@@ -313,3 +313,40 @@ def test_total_env_steps_sizes_a_cli_run_in_env_steps(tmp_path, capsys):
     )
     assert cli.model.env_steps == 1_120 and cli.trainer.global_step == 7
     assert "up to 1,120 env steps (7 updates)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("config_name", "model"), [("sac_pendulum", "SACModule"), ("td3_pendulum", "TD3Module")])
+def test_the_sac_and_td3_configs_write_out_every_argument_and_fit_a_few_updates(config_name, model, tmp_path, capsys):
+    config_path = ROOT / "configs" / f"{config_name}.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    defaults = yaml.safe_load(_printed_config(["fit", "--model", model], capsys))["model"]["init_args"]
+    assert config["model"]["init_args"].keys() == defaults.keys()
+    cli = make_cli(
+        [
+            "fit",
+            "--config",
+            str(config_path),
+            "--model.init_args.learning_starts=100",
+            "--trainer.max_steps=5",
+            "--trainer.enable_progress_bar=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ]
+    )
+    assert type(cli.model).__name__ == model and cli.model.env_steps == 100 + 5
+    assert (tmp_path / "lightning_logs" / f"{model.removesuffix('Module')}-Pendulum-v1" / "version_0").is_dir()
+
+
+def test_rl_lightning_fit_takes_sac_by_its_short_name(tmp_path):
+    cli = make_cli(
+        [
+            "fit",
+            "--model",
+            "SACModule",
+            "--model.learning_starts=50",
+            "--model.hidden_sizes=[8]",
+            "--trainer.max_steps=3",
+            "--trainer.enable_progress_bar=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ]
+    )
+    assert cli.model.hparams.env_id == "Pendulum-v1" and cli.trainer.global_step == 3

@@ -9,12 +9,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from rl_lightning import DQNModule, PPOModule, VPGModule
+from rl_lightning import DQNModule, PPOModule, SACModule, TD3Module, VPGModule
 from rl_lightning.callbacks import EnvStepBudget
 from rl_lightning.scripting import parse_script_args, trainer_kwargs, watch_callbacks
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = {"train_vpg.py": VPGModule, "train_dqn.py": DQNModule, "train_ppo.py": PPOModule}
+SCRIPTS = {
+    "train_vpg.py": VPGModule,
+    "train_dqn.py": DQNModule,
+    "train_ppo.py": PPOModule,
+    "train_sac.py": SACModule,
+    "train_td3.py": TD3Module,
+}
 # The DQN docstring documents these two in one "epsilon_start, epsilon_end:" entry, which
 # jsonargparse (docstring_parser) files under neither name.
 UNDOCUMENTED: set[str] = set()
@@ -344,3 +350,19 @@ def test_solved_return_defaults_per_env(env_id, argv, threshold):
         assert start_line.note == "no solved return known for Probe1-v0: trains for the whole budget " + (
             "(--solved_return R stops it at R)"
         )
+
+
+def test_train_sac_script_trains_evaluates_and_reports(tmp_path):
+    args = ["--max_steps", "20", "--learning_starts", "100", "--hidden_sizes", "[16]", "--eval_every_n_env_steps", "50"]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "train_sac.py"), *args, "--steps_per_epoch", "10", "--no_video"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("SACModule on Pendulum-v1, ")
+    assert "until the greedy eval return reaches -200" in result.stdout.splitlines()[0]
+    assert "120 env steps, 20 updates" in result.stdout
+    assert (tmp_path / "lightning_logs" / "SAC-Pendulum-v1" / "version_0" / "checkpoints" / "last.ckpt").is_file()
