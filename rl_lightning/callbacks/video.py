@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -69,13 +70,29 @@ def greedy_frames(
         frames, dones = [], [torch.ones(num_envs, dtype=torch.bool, device=obs.device)]
         for t in range(num_steps):
             if t % frame_stride == 0:
-                frames.append(_shrink(envs.render(), max_side))
+                frames.append(_shrink(_render_or_explain(envs, pl_module.hparams.env_id), max_side))
             obs, _, terminated, truncated, _ = envs.step(actor(obs, dones[-1]))
             dones.append(terminated | truncated)
         dones = dones[1:]
     finally:
         envs.close()
     return torch.stack(frames, dim=1), torch.stack(dones, dim=1).cpu()
+
+
+def _render_or_explain(envs: Any, env_id: str) -> Tensor:
+    """``envs.render()``, or a ``NotImplementedError`` saying why not: a renderer fails in its own ways
+    (MuJoCo without a display or an OpenGL platform raises its own errors, GLFW warns first)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # GLFW's "DISPLAY is missing" ahead of the real error
+            return envs.render()
+    except Exception as error:
+        hint = (
+            " (headless MuJoCo renders with MUJOCO_GL=egl, or osmesa)"
+            if "OpenGL" in str(error) or "GL" in str(type(error).__name__)
+            else ""
+        )
+        raise NotImplementedError(f"{env_id} failed to render: {type(error).__name__}: {error}{hint}") from error
 
 
 def _shrink(frames: Tensor, max_side: int) -> Tensor:
@@ -147,6 +164,7 @@ class GridVideoLogger(L.Callback):
         self.tensorboard_frame_stride = check_int("tensorboard_frame_stride", tensorboard_frame_stride, 1)
         self.seed = check_seed("seed", seed)
         self._cannot_draw_warned = False
+        self._disabled = False  # set when the env turned out unable to render
         self._next_at = 0
         self._executor: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
@@ -169,7 +187,7 @@ class GridVideoLogger(L.Callback):
         require(pl_module, RLModuleProtocol, "GridVideoLogger")
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
-        if not trainer.is_global_zero or not self._due(trainer, pl_module):
+        if not trainer.is_global_zero or self._disabled or not self._due(trainer, pl_module):
             return
         start = time.perf_counter()
         spec_env = pl_module.make_envs(1, 0)
@@ -192,6 +210,7 @@ class GridVideoLogger(L.Callback):
                     obs, all_dones = greedy_frames(pl_module, 16, self.num_steps, self.seed, self.frame_stride)
                 except (NotImplementedError, ValueError, TypeError) as error:
                     self._warn_no_video(pl_module, error)
+                    self._disabled = True  # the env cannot render: no more tries this run
                     return
                 dones = _every_kth_step(obs, all_dones, self.frame_stride)[1]  # obs are every k-th already
                 draw = _identity

@@ -146,3 +146,30 @@ def test_an_env_that_can_neither_draw_nor_render_warns_once_and_training_goes_on
         assert trainer.global_step == 3 and video.video_paths == []
     finally:
         del gym.registry["_TestBlind-v0"]
+
+
+def test_a_renderer_that_fails_its_own_way_warns_once_and_stops_trying(tmp_path, monkeypatch):
+    """A renderer raising its own error (MuJoCo without an OpenGL platform raises mujoco.FatalError): one
+    warning naming the error and the remedy, no crash, and no second attempt (building envs to fail again)."""
+    from rl_lightning import SACModule
+    from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
+
+    class FatalError(Exception):  # stands for mujoco.FatalError
+        pass
+
+    calls = []
+
+    def failing_render(self):
+        calls.append(1)
+        raise FatalError("an OpenGL platform library has not been loaded into this process")
+
+    monkeypatch.setattr(GymnasiumVectorEnv, "render", failing_render)
+    video = GridVideoLogger(every_n_env_steps=1, num_steps=3)
+    trainer = L.Trainer(
+        max_steps=4, default_root_dir=tmp_path, callbacks=[video], enable_progress_bar=False, enable_checkpointing=False
+    )
+    module = SACModule(env_backend="gymnasium", buffer_size=100, batch_size=8, learning_starts=8, hidden_sizes=(8,))
+    with pytest.warns(UserWarning, match=r"failed to render: FatalError.*MUJOCO_GL=egl") as record:
+        trainer.fit(module)
+    assert sum("GridVideoLogger" in str(warning.message) for warning in record) == 1
+    assert trainer.global_step == 4 and video.video_paths == [] and len(calls) == 1
