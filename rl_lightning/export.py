@@ -2,9 +2,10 @@
 
 The exported policy maps a batch of observations ``(batch, *obs_shape)`` (float32, or uint8 for
 images) to greedy actions: int64 ``(batch,)`` for ``Discrete`` spaces, float32
-``(batch, *action_shape)`` for ``Box`` ones (the Gaussian's mean, unclipped, as ``act`` gives;
-the env clips). Observation normalisation, when the module has it, is inside. No env, no
-Lightning and no rl_lightning are needed to run it: ``torch.jit.load(path)(obs)``, or
+``(batch, *action_shape)`` for ``Box`` ones (VPG's and PPO's Gaussian mean, unclipped, as ``act``
+gives, the env clips; SAC's squashed mean and TD3's action, in the bounds). Observation
+normalisation, when the module has it, is inside. No env, no Lightning and no rl_lightning are
+needed to run it: ``torch.jit.load(path)(obs)``, or
 ``onnxruntime.InferenceSession(path).run(None, {"obs": obs})``.
 """
 
