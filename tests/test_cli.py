@@ -135,7 +135,8 @@ def test_model_short_names_select_our_modules_and_nothing_else(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--model", "lightning.pytorch.demos.boring_classes.BoringModel"])
     assert exit_info.value.code == 2
-    assert "--model must be one of VPGModule, DQNModule, PPOModule, got lightning.pytorch" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--model must be one of VPGModule, DQNModule, PPOModule, SACModule, TD3Module, got lightning.pytorch" in err
 
 
 def test_dqn_config_fits_with_tiny_settings(tmp_path):

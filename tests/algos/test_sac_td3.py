@@ -166,3 +166,23 @@ def test_hyper_parameters_are_checked():
     with pytest.raises(ValueError, match="learning_starts"):
         SACModule(buffer_size=100, learning_starts=1000)
     assert math.isclose(SACModule(alpha=0.0).alpha.item(), 0.0)
+
+
+def test_onnx_export_of_sac_matches_the_greedy_action(tmp_path):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    module = SACModule(env_id="ContinuousProbe2-v0", **TINY)
+    path = module.export_policy(tmp_path / "policy.onnx")
+    obs = np.random.default_rng(0).normal(size=(5, 1)).astype(np.float32)
+    (actions,) = onnxruntime.InferenceSession(str(path)).run(None, {"obs": obs})
+    np.testing.assert_allclose(actions, module.act(obs, greedy=True), atol=1e-5)
+
+
+def test_dqn_trains_with_n_step_returns():
+    from rl_lightning import DQNModule
+
+    module = DQNModule(env_id="Probe3-v0", num_envs=4, learning_starts=16, batch_size=16, n_step=2)
+    _trainer(10).fit(module)
+    batch = module.source.buffer.sample(64)
+    # Probe3: obs 0 -> reward 0 -> obs 1 -> reward 1, terminal: a 2-step sample from obs 0 sums 0 + gamma * 1
+    from_start = batch.obs[:, 0] == 0
+    assert torch.allclose(batch.rewards[from_start], torch.tensor(0.99)) and batch.terminated[from_start].all()
