@@ -317,3 +317,64 @@ def test_nan_observations_to_act_are_caught_by_the_output_check():
     module = VPGModule(seed=0)
     with pytest.raises(FloatingPointError, match="not finite"):
         module.act(np.full(4, np.nan, dtype=np.float32))
+
+
+# -- issue 21: silently wrong inputs and settings ---------------------------------------------------------
+
+
+def test_vpg_with_one_env_per_batch_is_refused_since_its_baseline_zeroes_every_advantage():
+    with pytest.raises(ValueError, match=r"at least 2 envs per batch \(num_envs=1"):
+        VPGModule(num_envs=1)
+    with pytest.raises(ValueError, match=r"num_envs=4, num_batches_per_rollout=4"):
+        VPGModule(num_envs=4, num_batches_per_rollout=4, use_iw=True)
+
+
+def test_lr_decay_settings_are_checked_even_when_the_decay_is_off():
+    with pytest.raises(TypeError, match="lr_end"):
+        VPGModule(lr_end="abc", lr_frac=0.5)
+    with pytest.raises(ValueError, match="lr_frac"):
+        VPGModule(lr_end=1e-3, lr_frac=7)
+
+
+def test_ppo_minibatches_of_one_entry_are_refused_naming_the_size():
+    with pytest.raises(ValueError, match=r"a minibatch of 1 entry \(.* = 2 \* 2 / 4\)"):
+        PPOModule(num_envs=2, num_steps_per_rollout=2, num_minibatches=4)
+
+
+def test_float_images_are_refused_where_uint8_pixels_are_expected():
+    module = DQNModule(env_id="ImageProbe5-v0", learning_starts=10, batch_size=8)
+    with pytest.raises(TypeError, match=r"uint8 pixels \(0-255\).*got torch.float32"):
+        module.act(torch.rand(2, 36, 36, 3))
+    with pytest.raises(TypeError, match=r"got torch\.int64"):
+        module.act(np.full((36, 36, 3), 300))
+    assert module.act(torch.zeros(2, 36, 36, 3, dtype=torch.uint8)).shape == (2,)
+
+
+def test_recurrent_act_names_a_wrong_episode_start_or_state():
+    module = PPOModule(env_id="MemoryProbe-v0", num_envs=4, num_minibatches=2, recurrent="lstm")
+    with pytest.raises(ValueError, match=r"episode_start must have one flag per observation \(3\), got shape \(5,\)"):
+        module.act(torch.zeros(3, 2), episode_start=torch.ones(5, dtype=torch.bool))
+    with pytest.raises(TypeError, match="state must be a floating tensor"):
+        module.act(torch.zeros(3, 2), state=torch.zeros(2, 3, 64, dtype=torch.int64))
+    actions, state = module.act(torch.zeros(3, 2), state=torch.zeros(2, 3, 64, dtype=torch.float64))  # converted
+    assert actions.shape == (3,) and state.dtype == torch.float32
+
+
+def test_discrete_observations_act_and_evaluate_as_gymnasium_gives_them():
+    """FrozenLake's observation is an int: act takes it (as the adapter one-hot encodes it in training),
+    and evaluate_policy on a gymnasium Env instance encodes it the same way."""
+    import gymnasium as gym
+
+    from rl_lightning import evaluate_policy
+
+    module = PPOModule(env_id="FrozenLake-v1", num_envs=4, num_minibatches=2)
+    env = gym.make("FrozenLake-v1")
+    obs, _ = env.reset(seed=0)
+    action = module.act(obs, greedy=True)
+    assert isinstance(action, np.int64)
+    one_hot = torch.zeros(1, 16)
+    one_hot[0, obs] = 1.0
+    assert action == module.act(one_hot, greedy=True).item()
+    assert module.act(np.arange(16), greedy=True).shape == (16,)  # 16 indices, not one one-hot row
+    result = evaluate_policy(module, env, num_episodes=3, seed=0)
+    assert result.lengths.min() >= 1 and set(result.returns.tolist()) <= {0.0, 1.0}

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+import gymnasium as gym
 import lightning as L
 import numpy as np
 import torch
@@ -43,6 +44,7 @@ from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
+from rl_lightning.envs.gym_adapter import encode_observations
 from rl_lightning.envs.registry import BACKENDS, canonical_env_id, is_native_env_id
 from rl_lightning.export import export_policy
 from rl_lightning.progress import RLProgressBar
@@ -122,6 +124,9 @@ class RLModule(L.LightningModule):
             )
         self.observation_space = spec_env.single_observation_space
         self.action_space = spec_env.single_action_space
+        # A gymnasium Discrete observation is one-hot in training; act() takes its index as gymnasium gives it.
+        gymnasium_space = getattr(spec_env, "gymnasium_observation_space", None)
+        self._discrete_observations = gymnasium_space if isinstance(gymnasium_space, gym.spaces.Discrete) else None
         self.obs_shape, self.obs_dtype = spec_env.obs_shape, spec_env.obs_dtype
         self.action_shape = spec_env.action_shape
         #: The data source, built in ``train_dataloader``.
@@ -267,6 +272,11 @@ class RLModule(L.LightningModule):
     def _batch_of_observations(self, obs: Any) -> tuple[Tensor, torch.Size]:
         """``obs`` as a ``(batch, *obs_shape)`` tensor of the env's dtype on the module's device, and
         the batch shape it had (a ``ValueError`` naming the expected shape otherwise)."""
+        if self._discrete_observations is not None:
+            indices = torch.as_tensor(np.asarray(obs.cpu() if isinstance(obs, Tensor) else obs))
+            if not indices.is_floating_point():  # gymnasium's indices (the one-hot rows are float)
+                one_hot = encode_observations(self._discrete_observations, indices).to(self.device)
+                return one_hot, indices.shape
         obs = torch.as_tensor(obs, device=self.device)
         obs_shape = self.obs_shape
         batch_dims = obs.dim() - len(obs_shape)
@@ -275,6 +285,14 @@ class RLModule(L.LightningModule):
                 f"obs must have shape (*batch, {', '.join(map(str, obs_shape))}) for {self.hparams.env_id}, "
                 f"got {tuple(obs.shape)}"
             )
+        if self.obs_dtype == torch.uint8 and obs.dtype != torch.uint8:
+            # Casting would silently corrupt them: float pixels in [0, 1] become 0 or 1, ints above 255 wrap.
+            raise TypeError(
+                f"obs must be uint8 pixels (0-255) for {self.hparams.env_id}, as its env gives them, got {obs.dtype}; "
+                "for float images in [0, 1] pass (obs * 255).round().to(torch.uint8)"
+            )
+        if obs.dtype == torch.bool or obs.is_complex():
+            raise TypeError(f"obs must be real numbers, got {obs.dtype}")
         return obs.reshape(-1, *obs_shape).to(self.obs_dtype), obs.shape[:batch_dims]
 
     @property

@@ -162,6 +162,13 @@ class PPOModule(RLModule):
                 f"num_minibatches ({num_minibatches}) must divide num_envs * num_steps_per_rollout "
                 f"({num_envs} * {num_steps_per_rollout} = {num_envs * num_steps_per_rollout})"
             )
+        minibatch_size = num_envs * num_steps_per_rollout // num_minibatches
+        if minibatch_size < 2:
+            raise ValueError(
+                f"a minibatch of {minibatch_size} entry (num_envs * num_steps_per_rollout / num_minibatches = "
+                f"{num_envs} * {num_steps_per_rollout} / {num_minibatches}) cannot be learned from: its advantages' "
+                "std is undefined; use fewer num_minibatches or more envs or steps"
+            )
         check_int("core_size", core_size, 1)
         if recurrent is not None:
             check_choice("recurrent", recurrent, CORES)
@@ -292,7 +299,12 @@ class PPOModule(RLModule):
         tensor_in = isinstance(obs, Tensor)
         obs, batch_shape = self._batch_of_observations(obs)
         batch = obs.shape[0]
-        state = self.model.initial_state(batch, self.device) if state is None else state.to(self.device)
+        if state is None:
+            state = self.model.initial_state(batch, self.device)
+        else:
+            if not isinstance(state, Tensor) or not state.is_floating_point():
+                raise TypeError(f"state must be a floating tensor (the one act returned), got {type(state).__name__}")
+            state = state.to(self.device, torch.float32)
         if state.shape != (self.model.num_state, batch, self.model.core_size):
             raise ValueError(
                 f"state must have shape {(self.model.num_state, batch, self.model.core_size)} for {batch} "
@@ -300,7 +312,12 @@ class PPOModule(RLModule):
             )
         if episode_start is None:
             episode_start = torch.zeros(batch, dtype=torch.bool, device=self.device)
-        episode_start = torch.as_tensor(episode_start, device=self.device).reshape(batch).bool()
+        episode_start = torch.as_tensor(episode_start, device=self.device)
+        if episode_start.numel() != batch:
+            raise ValueError(
+                f"episode_start must have one flag per observation ({batch}), got shape {tuple(episode_start.shape)}"
+            )
+        episode_start = episode_start.reshape(batch).bool()
         if self.obs_normalizer is not None:
             obs = self.obs_normalizer(obs)
         actions, params, state = self.model.act(obs, state, episode_start, greedy)

@@ -113,6 +113,14 @@ class VPGModule(RLModule):
         hidden_sizes = check_sizes("hidden_sizes", hidden_sizes)
         if num_envs % num_batches_per_rollout != 0:
             raise ValueError(f"num_batches_per_rollout ({num_batches_per_rollout}) must divide num_envs ({num_envs})")
+        if num_envs // num_batches_per_rollout < 2:
+            # The baseline is each timestep's mean return over a batch's envs: with one env per batch
+            # every advantage is zero and the weights would never move.
+            raise ValueError(
+                f"VPG needs at least 2 envs per batch (num_envs={num_envs}, num_batches_per_rollout="
+                f"{num_batches_per_rollout}): its baseline is the mean return over a batch's envs at each timestep, "
+                "so one env has an advantage of zero everywhere and learns nothing; raise num_envs"
+            )
         if not use_iw and (rollout_use_count != 1 or num_batches_per_rollout != 1):
             raise ValueError(
                 "reusing a rollout (rollout_use_count > 1) or splitting it into several batches "
@@ -120,10 +128,11 @@ class VPGModule(RLModule):
                 f"use_iw=True, or keep both at 1 (got rollout_use_count={rollout_use_count}, "
                 f"num_batches_per_rollout={num_batches_per_rollout})"
             )
-        if use_lr_decay:
-            if lr_end is None or lr_frac is None:
-                raise ValueError("use_lr_decay=True needs both lr_end and lr_frac")
+        if use_lr_decay and (lr_end is None or lr_frac is None):
+            raise ValueError("use_lr_decay=True needs both lr_end and lr_frac")
+        if lr_end is not None:  # checked whether or not the decay is on: a typo is never ignored
             check_float("lr_end", lr_end, 0.0)
+        if lr_frac is not None:
             check_float("lr_frac", lr_frac, 0.0, 1.0, low_open=True)
         self.save_hyperparameters(ignore=["network"])
         with seeded(seed):  # the same initial weights on every rank

@@ -7,7 +7,6 @@ from typing import Any, NamedTuple
 
 import gymnasium as gym
 import lightning as L
-import numpy as np
 import torch
 from torch import Tensor
 from torchmetrics import MeanMetric
@@ -15,6 +14,7 @@ from torchmetrics import MeanMetric
 from rl_lightning._checks import check_int, check_seed
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
+from rl_lightning.envs.gym_adapter import encode_observations
 from rl_lightning.protocols import RLModuleProtocol, require
 
 
@@ -109,7 +109,10 @@ def _evaluate_gymnasium(
     for episode in range(num_episodes):
         obs, _ = env.reset(seed=seed if episode == 0 else None)
         for step in range(max_episode_steps):
-            action = act(torch.as_tensor(np.asarray(obs)).unsqueeze(0), torch.tensor([step == 0]))
+            # As the adapter encodes them in training (a Discrete observation one-hot).
+            batch = encode_observations(env.observation_space, obs)
+            batch = batch if isinstance(env.observation_space, gym.spaces.Discrete) else batch.unsqueeze(0)
+            action = act(batch, torch.tensor([step == 0]))
             action = torch.as_tensor(action).squeeze(0).cpu().numpy()
             obs, reward, terminated, truncated, _ = env.step(action.item() if action.ndim == 0 else action)
             returns[episode] += float(reward)

@@ -56,6 +56,15 @@ def gymnasium_spec(env_id: str) -> EnvSpec:
         raise ValueError(f"{env_id!r} is not a gymnasium env id ({error}){missing}") from None
 
 
+def encode_observations(space: gym.Space, obs: Any) -> Tensor:
+    """A batch of gymnasium observations of ``space`` as the adapter gives them to a module: a
+    ``Discrete(n, start)`` index one-hot (float32 ``(batch, n)``), anything else as a tensor."""
+    if isinstance(space, gym.spaces.Discrete):
+        index = torch.as_tensor(np.asarray(obs, dtype=np.int64)).reshape(-1) - int(space.start)
+        return torch.zeros(index.shape[0], int(space.n)).scatter_(1, index.unsqueeze(1), 1.0)
+    return torch.as_tensor(np.asarray(obs))
+
+
 def _float32_bounds(bound: np.ndarray) -> np.ndarray:
     # A float64 bound beyond float32's range becomes +-inf, silently.
     with np.errstate(over="ignore"):
@@ -181,6 +190,8 @@ class GymnasiumVectorEnv(VectorEnv):
 
     def _convert_observation_space(self, env_id: str, space: gym.Space) -> None:
         """Set ``single_observation_space`` (our form) and how to convert gymnasium's obs."""
+        #: gymnasium's own observation space of one env (a Discrete one is one-hot in ours).
+        self.gymnasium_observation_space = space
         if isinstance(space, gym.spaces.Discrete):
             self._obs_kind = "one_hot"
             self._obs_start = int(space.start)
