@@ -361,23 +361,69 @@ def quiet_lightning() -> Iterator[None]:
             logger.removeFilter(chatter)
 
 
+class _StopRequests:
+    """SIGINT and SIGTERM for a whole script or CLI run. While a Trainer fits (Lightning's SIGTERM handler
+    is installed and calls this one after its own), Ctrl-C becomes a SIGTERM, so both stop at Lightning's
+    next safe point (between training steps; the env loops check too) and leave a checkpoint that resumes
+    exactly; outside a fit they stop at once. A second signal while a stop is under way is ignored (a
+    second Ctrl-C stops at once), never the default handler that kills the process mid-checkpoint."""
+
+    def __init__(self):
+        self.first: int | None = None
+
+    def handle(self, signum: int, frame: Any) -> None:
+        import os
+        import signal
+
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        fitting = signal.getsignal(signal.SIGTERM) not in (self.handle, signal.SIG_DFL, None)
+        if self.first is not None:
+            if signum == signal.SIGINT and self.first == signal.SIGINT:
+                raise KeyboardInterrupt  # Ctrl-C twice: now
+            return  # a stop is under way already
+        self.first = signum
+        if fitting and signum == signal.SIGINT:
+            os.kill(os.getpid(), signal.SIGTERM)  # Lightning's graceful stop, at its next safe point
+        elif not fitting:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise SIGTERMException()
+
+
 def run_script(main: Any) -> None:
     """Run a training script's ``main``: a stop by SIGTERM or Ctrl-C exits with 143 / 130 after
-    saying where the resumable checkpoint is, a diverged run (non-finite loss or weights) with 1
-    and the error, never with 0."""
+    saying where the resumable checkpoint is (a Ctrl-C during a fit stops at the same safe point as a
+    SIGTERM, so it resumes exactly), a diverged run (non-finite loss or weights) with 1 and the error,
+    never with 0."""
+    import signal
     import sys
 
     from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    requests = _StopRequests()
+    previous = {signum: signal.signal(signum, requests.handle) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+    def stopped(code: int) -> None:
+        name = "Ctrl-C" if requests.first == signal.SIGINT else "SIGTERM"
+        print(f"stopped by {name}: resume with --ckpt_path last", file=sys.stderr)
+        sys.exit(code)
 
     try:
         with quiet_lightning():
             main()
     except SIGTERMException:
-        print("stopped by SIGTERM: resume with --ckpt_path last", file=sys.stderr)
-        sys.exit(143)
+        stopped(130 if requests.first == signal.SIGINT else 143)
     except KeyboardInterrupt:
-        print("stopped by Ctrl-C: resume with --ckpt_path last", file=sys.stderr)
-        sys.exit(130)
+        stopped(130)
+    except SystemExit as exit_:
+        # Lightning turns a KeyboardInterrupt inside fit into sys.exit(1) after its own shutdown.
+        if exit_.code == 1 and requests.first == signal.SIGINT:
+            stopped(130)
+        raise
     except FloatingPointError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -48,7 +48,11 @@ class EpsilonDecay(L.Callback):
             self._run_env_steps = planned_env_steps(trainer, pl_module, "EpsilonDecay")
         else:
             self._run_env_steps = self.total_env_steps
-        pl_module.epsilon = self.value(pl_module.env_steps, self._run_env_steps)
+        # A resumed run keeps the epsilon its checkpoint holds: the one the next collection would have
+        # used. (Recomputing it from the restored env steps differs when the run stopped inside a
+        # collection, e.g. a SIGTERM during the random warm-up, whose collection started at epsilon_start.)
+        if getattr(trainer, "ckpt_path", None) is None:
+            pl_module.epsilon = self.value(pl_module.env_steps, self._run_env_steps)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         pl_module.epsilon = self.value(pl_module.env_steps, self._run_env_steps)

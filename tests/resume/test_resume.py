@@ -158,3 +158,102 @@ def test_loading_a_checkpoint_of_another_env_or_shape_raises(tmp_path):
         _fit(VPGModule(env_id="Probe4-v0", num_envs=4, num_steps_per_rollout=10), tmp_path / "b", 2, ckpt_path=path)
     with pytest.raises(ValueError, match=r"hidden_sizes=\(120, 84\).*hidden_sizes=\(32,\)"):
         _fit(VPGModule(num_envs=4, num_steps_per_rollout=10, hidden_sizes=(32,)), tmp_path / "c", 2, ckpt_path=path)
+
+
+def test_a_stop_during_the_dqn_warm_up_resumes_exactly(tmp_path, monkeypatch):
+    """A SIGTERM heard inside the random warm-up (the source checks between chunks of 256 vector steps):
+    CheckpointOnStop saves the half-filled buffer and the epsilon its collection started with; the resumed
+    run ends with the weights and Adam state of a run never stopped."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from rl_lightning.callbacks import CheckpointOnStop
+
+    def module():
+        return DQNModule(
+            num_envs=2,
+            buffer_size=3_000,
+            batch_size=32,
+            learning_starts=2_000,
+            steps_per_epoch=5,
+            exploration_fraction=0.5,
+            seed=5,
+        )
+
+    def fit(root, ckpt_path=None):
+        trainer = L.Trainer(
+            max_steps=20,
+            default_root_dir=root,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", filename="last"), CheckpointOnStop()],
+        )
+        fitted = module()
+        trainer.fit(fitted, ckpt_path=ckpt_path)
+        return fitted, trainer
+
+    straight, straight_trainer = fit(tmp_path / "straight")
+    checks = iter([False, False, False])  # the batch's own check, then two warm-up chunks: stop at the third
+    monkeypatch.setattr(DQNModule, "_received_sigterm", lambda self: next(checks, True))
+    with pytest.raises(SIGTERMException):
+        fit(tmp_path / "split")
+    monkeypatch.undo()
+    saved = torch.load(tmp_path / "split" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert saved["rl_lightning"]["env_steps"] == 2 * 256 * 2 and saved["global_step"] == 0  # mid warm-up
+    resumed, trainer = fit(tmp_path / "split", ckpt_path="last")
+    assert resumed.env_steps == straight.env_steps and resumed.epsilon == straight.epsilon
+    _assert_same_weights(resumed.state_dict(), straight.state_dict())
+    for key, state in trainer.optimizers[0].state_dict()["state"].items():
+        _assert_same_weights(state, straight_trainer.optimizers[0].state_dict()["state"][key])
+
+
+@pytest.mark.parametrize("script", ["train_ppo.py", "train_dqn.py"])
+def test_ctrl_c_mid_fit_exits_130_and_resumes_exactly(tmp_path, script):
+    """Ctrl-C (SIGINT) while a script trains stops at the same safe point as a SIGTERM: exit 130, a
+    last.ckpt, and `--ckpt_path last` reaches the weights of a run never interrupted."""
+    import signal
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    if script == "train_ppo.py":
+        args = ["--max_steps", "1600", "--num_envs", "8", "--num_steps_per_rollout", "16"]
+    else:
+        args = ["--max_steps", "2000", "--learning_starts", "200", "--batch_size", "64", "--steps_per_epoch", "100"]
+    args += ["--no_video", "--no_stop_when_solved", "--eval_every_n_env_steps", "1000000"]
+
+    def run(directory, *extra, interrupt=False):
+        directory.mkdir(exist_ok=True)
+        process = subprocess.Popen(
+            [sys.executable, str(root / "scripts" / script), *args, *extra],
+            cwd=directory,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if interrupt:
+            line = process.stdout.readline()  # the start line: training has started
+            assert " on CartPole-v1, " in line, line + process.stderr.read()
+            time.sleep(1.5)
+            process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=240)
+        return process.returncode, err
+
+    def final_weights(directory):
+        [path] = directory.glob("lightning_logs/*/version_*/checkpoints/last.ckpt")
+        checkpoint = torch.load(path, weights_only=False)
+        return checkpoint["state_dict"], checkpoint["rl_lightning"]["env_steps"]
+
+    code, err = run(tmp_path / "straight")
+    assert code == 0, err[-2000:]
+    code, err = run(tmp_path / "split", interrupt=True)
+    assert code == 130, err[-2000:]
+    assert "stopped by Ctrl-C: resume with --ckpt_path last" in err
+    _, stopped_at = final_weights(tmp_path / "split")
+    straight_state, straight_steps = final_weights(tmp_path / "straight")
+    assert 0 < stopped_at < straight_steps  # it stopped in the middle
+    code, err = run(tmp_path / "split", "--ckpt_path", "last")
+    assert code == 0, err[-2000:]
+    paths = sorted((tmp_path / "split").glob("lightning_logs/*/version_*/checkpoints/last.ckpt"))
+    resumed = torch.load(paths[-1], weights_only=False)
+    assert resumed["rl_lightning"]["env_steps"] == straight_steps
+    _assert_same_weights(resumed["state_dict"], straight_state)
