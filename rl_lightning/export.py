@@ -1,24 +1,69 @@
-"""Trained policies outside training: a standalone greedy policy, saved as TorchScript or ONNX.
+"""Trained policies outside training: a standalone greedy policy, saved as a ``torch.export``
+program, ONNX or TorchScript.
 
-The exported policy maps a batch of observations ``(batch, *obs_shape)`` (float32, or uint8 for
-images) to greedy actions: int64 ``(batch,)`` for ``Discrete`` spaces, float32
-``(batch, *action_shape)`` for ``Box`` ones (VPG's and PPO's Gaussian mean, unclipped, as ``act``
-gives, the env clips; SAC's squashed mean and TD3's action, in the bounds). Observation
+A feed-forward policy maps a batch of observations to greedy actions:
+
+    policy(obs) -> actions
+    obs      (batch, *obs_shape)       float32, or uint8 for images
+    actions  (batch,)                  int64 for ``Discrete`` spaces
+             (batch, *action_shape)    float32 for ``Box`` ones (VPG's and PPO's Gaussian mean,
+                                       unclipped, as ``act`` gives, the env clips; SAC's squashed
+                                       mean and TD3's action, in the bounds)
+
+A recurrent policy (``PPOModule(recurrent="lstm" | "gru")``) also takes and returns its state, as
+``act(obs, greedy=True, state=..., episode_start=...)`` does:
+
+    policy(obs, state, episode_start) -> (actions, next_state)
+    state, next_state  (num_state, batch, core_size)  float32: [h; c] for an LSTM (num_state 2),
+                                                      [h] for a GRU (num_state 1)
+    episode_start      (batch,)                       bool: zero that env's state before this step
+
+Start every env from a zero state (or with ``episode_start`` all True), then feed back each call's
+``next_state``. In ONNX the inputs are named ``obs``, ``state``, ``episode_start`` and the outputs
+``actions``, ``next_state``. The batch dimension is dynamic in every format. Observation
 normalisation, when the module has it, is inside. No env, no Lightning and no rl_lightning are
-needed to run it: ``torch.jit.load(path)(obs)``, or
-``onnxruntime.InferenceSession(path).run(None, {"obs": obs})``.
+needed to run it:
+
+- ``.pt2`` (``torch.export``): ``torch.export.load(path).module()(obs)``;
+- ``.onnx`` (the ``onnx`` extra): ``onnxruntime.InferenceSession(path).run(None, {"obs": obs})``;
+- ``.pt`` / ``.ts`` (TorchScript, while torch ships it): ``torch.jit.load(path)(obs)``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 #: File formats by suffix.
-FORMATS = {".pt": "torchscript", ".ts": "torchscript", ".torchscript": "torchscript", ".onnx": "onnx"}
+FORMATS = {
+    ".pt2": "export",
+    ".onnx": "onnx",
+    ".pt": "torchscript",
+    ".ts": "torchscript",
+    ".torchscript": "torchscript",
+}
+
+# torch's own warnings while it exports, about its internals: nothing a user of ours can act on.
+_TORCH_INTERNAL_WARNINGS = (
+    # torch.jit.trace itself is deprecated in torch >= 2.10; TorchScript is kept while torch ships it
+    (DeprecationWarning, r"`torch\.jit\.trace(_method)?` is deprecated", ""),
+    # nn.LSTM / nn.GRU check their input sizes in Python: a check, not part of the traced computation
+    (torch.jit.TracerWarning, r"Converting a tensor to a Python boolean", r"torch\.nn\.modules\.rnn"),
+    # torch.export deep-copies its tree specs with a deprecated LeafSpec check (torch 2.13)
+    (FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated", ""),
+    # nn.LSTM / nn.GRU refresh their _flat_weights list (views of their parameters) in forward
+    (UserWarning, r"The tensor attributes (self\.network\.core\._flat_weights\[\d+\](, )?)+ were assigned", ""),
+    # the three inputs of a recurrent policy share one batch dimension, named once
+    (UserWarning, r"# The axis name: batch will not be used, since it shares .* another axis: batch\.", ""),
+)
 
 
 class GreedyPolicy(nn.Module):
@@ -46,14 +91,46 @@ class GreedyPolicy(nn.Module):
         return actions if actions.dtype == torch.int64 else actions.float()
 
 
-def export_policy(policy: nn.Module, example_obs: Tensor, path: str | Path, format: str | None = None) -> Path:
-    """Save ``policy`` (observations -> actions) to ``path`` as TorchScript (``.pt``) or ONNX (``.onnx``,
-    with a dynamic batch dimension; needs the ``onnx`` extra).
+class RecurrentGreedyPolicy(nn.Module):
+    """``(obs, state, episode_start) -> (greedy action, next state)`` from a ``RecurrentActorCritic``
+    (one step of its ``act(obs, state, episode_start, greedy=True)``).
 
     Args:
-        policy: e.g. a :class:`GreedyPolicy`, on the CPU, in eval mode.
-        example_obs: ``(batch, *obs_shape)`` observations to trace with.
-        format: ``"torchscript"`` or ``"onnx"``; None: from the suffix of ``path``.
+        network: the recurrent policy: ``act`` and ``initial_state(batch)``.
+        normalizer: observation normalisation applied first (PPO's ``normalize_obs``).
+    """
+
+    def __init__(self, network: nn.Module, normalizer: nn.Module | None = None):
+        super().__init__()
+        if not (callable(getattr(network, "act", None)) and callable(getattr(network, "initial_state", None))):
+            raise TypeError(
+                "network must have act(obs, state, episode_start, greedy) and initial_state(batch) "
+                f"(a RecurrentActorCritic), got {type(network).__name__}"
+            )
+        self.network = network
+        self.normalizer = normalizer if normalizer is not None else nn.Identity()
+
+    def initial_state(self, batch: int) -> Tensor:
+        """Zeros ``(num_state, batch, core_size)``: the state of envs that have not started."""
+        return self.network.initial_state(batch)
+
+    def forward(self, obs: Tensor, state: Tensor, episode_start: Tensor) -> tuple[Tensor, Tensor]:
+        actions, _, next_state = self.network.act(self.normalizer(obs), state, episode_start, greedy=True)
+        return (actions if actions.dtype == torch.int64 else actions.float()), next_state
+
+
+def export_policy(policy: nn.Module, example_obs: Tensor, path: str | Path, format: str | None = None) -> Path:
+    """Save ``policy`` to ``path`` with a dynamic batch dimension: as a ``torch.export`` program
+    (``.pt2``), ONNX through the dynamo exporter (``.onnx``, needs the ``onnx`` extra) or TorchScript
+    (``.pt``, ``.ts``). The inputs and outputs are the module docstring's.
+
+    Args:
+        policy: a :class:`GreedyPolicy` (observations -> actions) or a :class:`RecurrentGreedyPolicy`
+            (or any module with their signature; ``initial_state(batch)`` marks a recurrent one), on
+            the CPU.
+        example_obs: ``(batch, *obs_shape)`` observations to export with (batch >= 2: torch.export
+            cannot make a dimension of size 1 dynamic).
+        format: ``"export"``, ``"onnx"`` or ``"torchscript"``; None: from the suffix of ``path``.
 
     Returns:
         the path written.
@@ -65,28 +142,92 @@ def export_policy(policy: nn.Module, example_obs: Tensor, path: str | Path, form
                 f"cannot tell the format of {str(path)!r}: use a suffix in {sorted(FORMATS)} or format=..."
             )
         format = FORMATS[path.suffix]
-    if format not in ("torchscript", "onnx"):
-        raise ValueError(f"format must be 'torchscript' or 'onnx', got {format!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if format not in set(FORMATS.values()):
+        raise ValueError(f"format must be one of {sorted(set(FORMATS.values()))} or None, got {format!r}")
     policy = policy.eval()
-    with torch.no_grad():
-        if format == "torchscript":
-            traced = torch.jit.trace(policy, example_obs, check_trace=False)
-            traced.save(str(path))
-            return path
+    inputs = _example_inputs(policy, example_obs)
+    if format == "onnx":
         try:
             import onnx  # noqa: F401
+            import onnxscript  # noqa: F401  (the dynamo exporter's ONNX functions)
         except ImportError as error:
-            raise ImportError("ONNX export needs the onnx package: pip install 'rl_lightning[onnx]'") from error
-        with warnings.catch_warnings():  # the TorchScript-based exporter: fast, no onnxscript needed
-            warnings.simplefilter("ignore", DeprecationWarning)
+            raise ImportError("ONNX export needs onnx and onnxscript: pip install 'rl_lightning[onnx]'") from error
+    # Written next to the target and renamed over it: a failed export leaves no half-written file, and
+    # a directory that cannot be written is one clear OSError here, not a C++ message from the writer.
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+        os.close(handle)
+    except OSError as error:
+        raise OSError(error.errno, f"cannot write the export {path}: {error.strerror or error}") from error
+    temporary = Path(temporary_name)
+    try:
+        _export(policy, inputs, temporary, format)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path
+
+
+def _export(policy: nn.Module, inputs: tuple[Tensor, ...], path: Path, format: str) -> None:
+    with torch.no_grad(), _without_torch_internal_warnings():
+        if format == "torchscript":
+            torch.jit.trace(policy, inputs, check_trace=False).save(str(path))
+        elif format == "export":
+            program = torch.export.export(policy, inputs, dynamic_shapes=_dynamic_shapes(inputs))
+            torch.export.save(program, path)
+        else:
+            recurrent = len(inputs) == 3
             torch.onnx.export(
                 policy,
-                (example_obs,),
+                inputs,
                 str(path),
-                input_names=["obs"],
-                output_names=["actions"],
-                dynamic_axes={"obs": {0: "batch"}, "actions": {0: "batch"}},
-                dynamo=False,
+                input_names=["obs", "state", "episode_start"] if recurrent else ["obs"],
+                output_names=["actions", "next_state"] if recurrent else ["actions"],
+                dynamic_shapes=_dynamic_shapes(inputs),
+                dynamo=True,
+                external_data=False,  # one self-contained file: a policy is far below ONNX's 2 GB limit
+                verbose=False,
             )
-    return path
+
+
+def trace_policy(policy: nn.Module, example_obs: Tensor | tuple[Tensor, ...]) -> torch.jit.ScriptModule:
+    """``policy`` traced to TorchScript with ``example_obs`` (or all its inputs, a tuple)."""
+    inputs = example_obs if isinstance(example_obs, tuple) else _example_inputs(policy.eval(), example_obs)
+    with torch.no_grad(), _without_torch_internal_warnings():
+        return torch.jit.trace(policy.eval(), inputs, check_trace=False)
+
+
+def _example_inputs(policy: nn.Module, example_obs: Tensor) -> tuple[Tensor, ...]:
+    """``(obs,)``, or ``(obs, zero state, no episode start)`` for a recurrent ``policy``."""
+    initial_state = getattr(policy, "initial_state", None)
+    if not callable(initial_state):
+        return (example_obs,)
+    batch = example_obs.shape[0]
+    return example_obs, initial_state(batch), torch.zeros(batch, dtype=torch.bool)
+
+
+def _dynamic_shapes(inputs: tuple[Tensor, ...]) -> tuple[dict[int, torch.export.Dim], ...]:
+    """One dynamic batch dimension shared by the inputs: dim 0 of obs and episode_start, dim 1 of the
+    state (``(num_state, batch, core_size)``, as ``act`` takes it)."""
+    batch = torch.export.Dim("batch")
+    return ({0: batch},) if len(inputs) == 1 else ({0: batch}, {1: batch}, {0: batch})
+
+
+@contextlib.contextmanager
+def _without_torch_internal_warnings() -> Iterator[None]:
+    """Silence, for one export, torch's warnings about its own internals (``_TORCH_INTERNAL_WARNINGS``)
+    and the ONNX exporter's log lines about the torchvision ops it skips (a policy has none)."""
+    registration_log = logging.getLogger("torch.onnx._internal.exporter._registration")
+    with warnings.catch_warnings():
+        for category, message, module in _TORCH_INTERNAL_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=category, module=module)
+        registration_log.addFilter(_not_about_torchvision)
+        try:
+            yield
+        finally:
+            registration_log.removeFilter(_not_about_torchvision)
+
+
+def _not_about_torchvision(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("torchvision is not installed")

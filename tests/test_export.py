@@ -1,5 +1,8 @@
-"""Using a trained policy: TorchScript and ONNX exports act like the module, evaluate_policy takes
-a module, an exported policy, an env id or a gymnasium env, and validate/test run greedy episodes."""
+"""Using a trained policy: exports (torch.export, ONNX, TorchScript) act like the module, a recurrent
+one step by step with its state too, evaluate_policy takes a module, an exported policy, an env id or
+a gymnasium env, and validate/test run greedy episodes."""
+
+import warnings
 
 import gymnasium as gym
 import lightning as L
@@ -8,16 +11,42 @@ import onnxruntime
 import pytest
 import torch
 
-from rl_lightning import DQNModule, PPOModule, VPGModule
+from rl_lightning import DQNModule, PPOModule, SACModule, TD3Module, VPGModule
 from rl_lightning.callbacks import evaluate_policy
 from rl_lightning.envs.probes import ImageProbe5
 
+SUFFIXES = (".pt2", ".onnx", ".pt")
+OFF_POLICY = dict(learning_starts=16, batch_size=16)
+
 
 def _trained(cls, env_id="CartPole-v1", **kwargs):
-    defaults = {"DQNModule": dict(learning_starts=16, batch_size=16), "PPOModule": dict(num_steps_per_rollout=8)}
+    defaults = {
+        "DQNModule": OFF_POLICY,
+        "SACModule": {**OFF_POLICY, "hidden_sizes": (16, 16)},
+        "TD3Module": {**OFF_POLICY, "hidden_sizes": (16, 16)},
+    }
     module = cls(env_id=env_id, num_envs=4, **{**defaults.get(cls.__name__, dict(num_steps_per_rollout=8)), **kwargs})
     L.Trainer(max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(module)
     return module
+
+
+def _load(path):
+    """The exported policy at ``path`` as a function of tensors, run by what its format needs."""
+    if path.suffix == ".pt2":
+        return torch.export.load(path).module()
+    if path.suffix == ".pt":
+        with warnings.catch_warnings():  # torch >= 2.10 deprecates torch.jit.load: the user's call, not ours
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return torch.jit.load(str(path))
+    session = onnxruntime.InferenceSession(str(path))
+    names = [graph_input.name for graph_input in session.get_inputs()]
+
+    def run(*inputs):
+        outputs = session.run(None, {name: tensor.numpy() for name, tensor in zip(names, inputs, strict=True)})
+        outputs = tuple(torch.from_numpy(output) for output in outputs)
+        return outputs if len(outputs) > 1 else outputs[0]
+
+    return run
 
 
 CASES = [
@@ -26,6 +55,8 @@ CASES = [
     (PPOModule, "CartPole-v1", {"normalize_obs": True}),  # the normaliser is part of the export
     (PPOModule, "Pendulum-v1", {}),  # a Box action: the mean
     (VPGModule, "ImageProbe5-v0", {}),  # uint8 images through the CNN
+    (SACModule, "Pendulum-v1", {}),  # the squashed mean, in the bounds
+    (TD3Module, "Pendulum-v1", {}),
 ]
 
 
@@ -36,31 +67,74 @@ def _observations(module, batch):
 
 
 @pytest.mark.parametrize(("cls", "env_id", "kwargs"), CASES, ids=lambda v: getattr(v, "__name__", str(v)))
-def test_torchscript_and_onnx_exports_give_the_modules_greedy_actions(tmp_path, cls, env_id, kwargs):
+def test_every_format_gives_the_modules_greedy_actions(tmp_path, cls, env_id, kwargs):
     module = _trained(cls, env_id, **kwargs)
-    obs = _observations(module, 9)  # another batch size than the one traced with
-    expected = module.act(obs, greedy=True)
+    policies = {suffix: _load(module.export_policy(tmp_path / f"policy{suffix}")) for suffix in SUFFIXES}
+    policies["to_torchscript"] = module.to_torchscript()
+    for batch in (9, 1):  # other batch sizes than the one exported with
+        obs = _observations(module, batch)
+        expected = module.act(obs, greedy=True)
+        for name, policy in policies.items():
+            actions = policy(obs)
+            assert actions.dtype == expected.dtype and actions.shape == expected.shape, name
+            torch.testing.assert_close(actions, expected, atol=1e-5, rtol=1e-5, msg=name)
 
-    scripted = torch.jit.load(str(module.export_policy(tmp_path / "policy.pt")))
-    torch.testing.assert_close(scripted(obs), expected)
 
-    session = onnxruntime.InferenceSession(str(module.export_policy(tmp_path / "policy.onnx")))
-    actions = session.run(None, {"obs": obs.numpy()})[0]
-    torch.testing.assert_close(torch.from_numpy(actions), expected, atol=1e-5, rtol=1e-5)
+RECURRENT_CASES = [
+    ("CartPole-v1", {"recurrent": "lstm", "normalize_obs": True}),
+    ("Pendulum-v1", {"recurrent": "gru"}),  # a Box action
+]
 
-    torch.testing.assert_close(module.to_torchscript()(obs), expected)
+
+@pytest.mark.parametrize(("env_id", "kwargs"), RECURRENT_CASES, ids=["lstm-CartPole", "gru-Pendulum"])
+def test_a_recurrent_export_steps_like_act_with_its_state(tmp_path, env_id, kwargs):
+    module = _trained(PPOModule, env_id, core_size=8, **kwargs)
+    num_envs, num_steps = 3, 6
+    observations = torch.randn(num_steps, num_envs, *module.obs_shape)
+    episode_starts = torch.zeros(num_steps, num_envs, dtype=torch.bool)
+    episode_starts[0] = True
+    episode_starts[3, 1] = True  # env 1 starts a new episode in the middle: its state is zeroed
+    for suffix in SUFFIXES:
+        policy = _load(module.export_policy(tmp_path / f"policy{suffix}"))
+        state = expected_state = torch.zeros(module.model.num_state, num_envs, module.model.core_size)
+        for obs, episode_start in zip(observations, episode_starts, strict=True):
+            expected, expected_state = module.act(obs, greedy=True, state=expected_state, episode_start=episode_start)
+            actions, state = policy(obs, state, episode_start)
+            torch.testing.assert_close(actions, expected, atol=1e-5, rtol=1e-5, msg=suffix)
+            torch.testing.assert_close(state, expected_state, atol=1e-5, rtol=1e-5, msg=suffix)
+        assert state.abs().sum() > 0  # it carried a state, not zeros
+    expected = module.act(observations[0], greedy=True, state=state, episode_start=episode_starts[3])
+    torch.testing.assert_close(module.to_torchscript()(observations[0], state, episode_starts[3]), expected)
+
+
+def test_export_emits_no_warnings(tmp_path):
+    modules = [VPGModule(env_id="ImageProbe5-v0", num_envs=2), PPOModule(recurrent="lstm", core_size=8, num_envs=4)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # over pytest's own filters, which ignore DeprecationWarning
+        for module in modules:
+            for suffix in SUFFIXES:
+                module.export_policy(tmp_path / f"{type(module).__name__}{suffix}")
+            module.to_torchscript()
+    assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
 
 
 def test_export_needs_a_known_format(tmp_path):
-    with pytest.raises(ValueError, match=r"cannot tell the format.*\.onnx"):
-        VPGModule().export_policy(tmp_path / "policy.zip")
+    module = VPGModule()
+    with pytest.raises(ValueError, match=r"cannot tell the format.*\.onnx.*\.pt2"):
+        module.export_policy(tmp_path / "policy.zip")
+    with pytest.raises(ValueError, match=r"format must be one of \['export', 'onnx', 'torchscript'\].*'zip'"):
+        module.export_policy(tmp_path / "policy.pt", format="zip")
+    # format= overrides the suffix
+    obs = torch.randn(3, 4)
+    exported = _load(module.export_policy(tmp_path / "policy.pt", format="export").rename(tmp_path / "policy.pt2"))
+    torch.testing.assert_close(exported(obs), module.act(obs, greedy=True))
 
 
 def test_evaluate_policy_takes_a_module_an_exported_policy_an_id_or_a_gymnasium_env(tmp_path):
     module = VPGModule(env_id="Probe5-v0", num_envs=4, num_steps_per_rollout=16, lr=5e-3, normalize_returns=False)
     L.Trainer(max_steps=80, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(module)
-    exported = torch.jit.load(str(module.export_policy(tmp_path / "probe5.pt")))
-    for policy in (module, exported):
+    exported = [_load(module.export_policy(tmp_path / f"probe5{suffix}")) for suffix in SUFFIXES]
+    for policy in (module, *exported):
         assert evaluate_policy(policy, "Probe5-v0", num_episodes=16).returns.tolist() == [1.0] * 16
     # CartPole: gymnasium's own env (episodes one after another) against the native torch env
     cartpole = _trained(VPGModule)
@@ -98,3 +172,27 @@ def test_validate_and_test_run_greedy_episodes(cls):
     [tested] = trainer.test(module, verbose=False)
     assert validated["eval/episodic_return"] == 1.0 and validated["eval/episodic_length"] == 2.0
     assert tested["test/episodic_return"] == 1.0 and np.isfinite(tested["test/episodic_return_std"])
+
+
+def test_an_export_into_a_directory_that_cannot_be_written_is_one_clear_oserror(tmp_path, monkeypatch):
+    import tempfile
+
+    module = VPGModule(num_envs=2, num_steps_per_rollout=4)
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    with pytest.raises(OSError, match=r"cannot write the export .*policy\.onnx: Permission denied"):
+        module.export_policy(tmp_path / "policy.onnx")
+    monkeypatch.undo()
+    (tmp_path / "policy.pt").write_bytes(b"the previous export")
+
+    def failing_save(*args, **kwargs):
+        raise RuntimeError("the writer failed")
+
+    monkeypatch.setattr(torch.jit.ScriptModule, "save", failing_save)
+    with pytest.raises(RuntimeError, match="the writer failed"):
+        module.export_policy(tmp_path / "policy.pt")
+    assert (tmp_path / "policy.pt").read_bytes() == b"the previous export"  # never half-written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.pt"]  # no temporary file left

@@ -35,7 +35,7 @@ from rl_lightning.data.actor_critic import ActorCriticSource, PPOBatch, Recurren
 from rl_lightning.data.normalization import ObservationNormalizer, RewardScaler
 from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.envs.base import VectorEnv
-from rl_lightning.export import GreedyPolicy
+from rl_lightning.export import GreedyPolicy, RecurrentGreedyPolicy
 from rl_lightning.losses import (
     compute_approx_kl,
     compute_clip_fraction,
@@ -283,8 +283,8 @@ class PPOModule(RLModule):
         return self.hparams.recurrent is not None
 
     def greedy_policy(self) -> nn.Module:
-        if self.recurrent:
-            raise ValueError("exporting a recurrent policy is not supported yet: it needs its state as an input")
+        if self.recurrent:  # (obs, state, episode_start) -> (actions, next state), as act
+            return RecurrentGreedyPolicy(self.model, self.obs_normalizer)
         return GreedyPolicy(self.model.actor, self.obs_normalizer)
 
     @torch.no_grad()

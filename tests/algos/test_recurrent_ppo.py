@@ -91,8 +91,6 @@ def test_act_takes_and_returns_the_state_and_zeroes_it_where_an_episode_starts()
     assert not torch.allclose(after[:, 1], fresh[:, 1])  # env 1 remembers
     with pytest.raises(ValueError, match="state must have shape"):
         module.act(obs, state=torch.zeros(2, 3, 8))
-    with pytest.raises(ValueError, match="recurrent policy is not supported"):
-        module.export_policy("policy.pt")
 
 
 def test_a_recurrent_run_resumes_exactly_from_a_checkpoint_in_the_middle_of_a_rollout(tmp_path):
