@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import copy
+import functools
+import threading
 import time
 import warnings
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from PIL import Image
+from torch import Tensor, nn
 
 from rl_lightning._checks import check_int, check_seed
 from rl_lightning.data.rollout import first_episode_stats
@@ -48,11 +55,21 @@ def greedy_rollout(pl_module: RLModuleProtocol, num_envs: int, num_steps: int, s
 
 @torch.no_grad()
 def greedy_frames(
-    pl_module: RLModuleProtocol, num_envs: int, num_steps: int, seed: int, frame_stride: int, max_side: int = 160
+    pl_module: RLModuleProtocol,
+    num_envs: int,
+    num_steps: int,
+    seed: int,
+    frame_stride: int,
+    max_side: int = 160,
+    actor: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Play ``num_steps`` greedy steps on a fresh env instance that renders its own frames (a
     gymnasium env with an ``rgb_array`` renderer), keeping every ``frame_stride``-th frame,
     shrunk to at most ``max_side`` pixels a side.
+
+    Args:
+        actor: ``actor(obs, episode_start) -> actions``; None: ``pl_module.greedy_actor()``
+            (``GridVideoLogger`` passes a frozen copy when it plays in the background).
 
     Returns:
         uint8 frames ``(num_envs, ceil(num_steps / frame_stride), H, W, 3)`` on the CPU and bool
@@ -66,11 +83,12 @@ def greedy_frames(
         if not envs.can_render:
             raise NotImplementedError(f"{type(envs).__name__} cannot render its frames")
         obs, _ = envs.reset()
-        actor = pl_module.greedy_actor()
+        actor = pl_module.greedy_actor() if actor is None else actor
         frames, dones = [], [torch.ones(num_envs, dtype=torch.bool, device=obs.device)]
         for t in range(num_steps):
             if t % frame_stride == 0:
-                frames.append(_shrink(_render_or_explain(envs, pl_module.hparams.env_id), max_side))
+                frame = _render_or_explain(envs, pl_module.hparams.env_id, quiet=t == 0)
+                frames.append(_shrink(frame, max_side))
             obs, _, terminated, truncated, _ = envs.step(actor(obs, dones[-1]))
             dones.append(terminated | truncated)
         dones = dones[1:]
@@ -79,10 +97,17 @@ def greedy_frames(
     return torch.stack(frames, dim=1), torch.stack(dones, dim=1).cpu()
 
 
-def _render_or_explain(envs: Any, env_id: str) -> Tensor:
+def _render_or_explain(envs: Any, env_id: str, quiet: bool = True) -> Tensor:
     """``envs.render()``, or a ``NotImplementedError`` saying why not: a renderer fails in its own ways
-    (MuJoCo without a display or an OpenGL platform raises its own errors, GLFW warns first)."""
+    (MuJoCo without a display or an OpenGL platform raises its own errors, GLFW warns first).
+
+    ``quiet`` silences the warnings of this call (GLFW's comes with the first render, where the
+    renderer sets up its context). Warning filters are process-wide, so a render played off the
+    training thread silences only its first frame: the training thread's own warnings must not
+    vanish while a clip plays."""
     try:
+        if not quiet:
+            return envs.render()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # GLFW's "DISPLAY is missing" ahead of the real error
             return envs.render()
@@ -96,12 +121,16 @@ def _render_or_explain(envs: Any, env_id: str) -> Tensor:
 
 
 def _shrink(frames: Tensor, max_side: int) -> Tensor:
-    """Average-pool uint8 frames ``(n, H, W, 3)`` by the integer factor that fits ``max_side``."""
+    """Average-pool uint8 frames ``(n, H, W, 3)`` by the integer factor that fits ``max_side``
+    (``(n, H // factor, W // factor, 3)``: a partial block at the edge is dropped)."""
     factor = -(-max(frames.shape[1:3]) // max_side)
     if factor <= 1:
         return frames
-    pooled = torch.nn.functional.avg_pool2d(frames.permute(0, 3, 1, 2).float(), factor)
-    return pooled.round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+    height, width = frames.shape[1] // factor * factor, frames.shape[2] // factor * factor
+    # Pillow's box reduce: ~8x faster than a float avg_pool2d on 16 frames of 400 x 600 (8 vs 63 ms),
+    # the largest cost of a gymnasium clip after the renderer, and it releases the GIL.
+    cropped = np.ascontiguousarray(frames[:, :height, :width].numpy())
+    return torch.from_numpy(np.stack([np.asarray(Image.fromarray(frame).reduce(factor)) for frame in cropped]))
 
 
 def _every_kth_step(obs: Tensor, dones: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -117,6 +146,70 @@ def _identity(frames: Tensor) -> Tensor:
     return frames
 
 
+class _Cancelled(Exception):
+    """The run stopped with an error while a clip was playing in the background."""
+
+
+class _CannotRender(Exception):
+    """The env can neither draw its observations nor render its frames: no more videos this run."""
+
+
+# What a renderer that cannot render raises (see greedy_frames and _render_or_explain).
+_RENDER_ERRORS = (NotImplementedError, ValueError, TypeError)
+
+
+class _FrozenGreedyActor:
+    """``actor(obs, episode_start) -> actions`` of a CPU copy of a greedy policy, as
+    :meth:`RLModule.greedy_actor` plays it (a recurrent policy's state carried from call to call,
+    zeroed where ``episode_start``), for a clip played in the background while training goes on:
+    the copy shares no tensor with the module, so later weight updates never reach it.
+
+    Args:
+        policy: ``pl_module.greedy_policy()``: obs -> actions, or a recurrent one (it has
+            ``initial_state(batch)``): ``(obs, state, episode_start) -> (actions, state)``.
+        cancelled: set when the run stops with an error: the next step raises ``_Cancelled``.
+    """
+
+    def __init__(self, policy: nn.Module, cancelled: threading.Event):
+        self.policy = copy.deepcopy(policy).cpu().eval()
+        self.recurrent = callable(getattr(self.policy, "initial_state", None))
+        self.state: Tensor | None = None
+        self.cancelled = cancelled
+
+    def __call__(self, obs: Tensor, episode_start: Tensor | None = None) -> Tensor:
+        if self.cancelled.is_set():
+            raise _Cancelled
+        cpu_obs = obs.cpu()
+        if not self.recurrent:
+            return self.policy(cpu_obs).to(obs.device)
+        if self.state is None:
+            self.state = self.policy.initial_state(cpu_obs.shape[0])
+        if episode_start is None:
+            episode_start = torch.zeros(cpu_obs.shape[0], dtype=torch.bool)
+        actions, self.state = self.policy(cpu_obs, self.state, episode_start.cpu())
+        return actions.to(obs.device)
+
+
+def _frozen_greedy_actor(pl_module: RLModuleProtocol, cancelled: threading.Event) -> _FrozenGreedyActor | None:
+    """A frozen CPU copy of the module's greedy policy (taken now, on the training thread), or None
+    if the module has no standalone one (then its clip is played on the training thread)."""
+    # greedy_policy is RLModule's, not (yet) part of RLModuleProtocol: a module of your own without
+    # it keeps the old path.
+    greedy_policy = getattr(pl_module, "greedy_policy", None)
+    if greedy_policy is None:
+        return None
+    try:
+        policy = greedy_policy()
+    except (NotImplementedError, ValueError):  # e.g. a recurrent PPO before it could be exported
+        return None
+    return _FrozenGreedyActor(policy, cancelled)
+
+
+def _greedy_caption(env_steps: int, all_dones: Tensor) -> str:
+    length = first_episode_stats(torch.ones(all_dones.shape), all_dones.cpu()).lengths.mean().item()
+    return f"env steps {env_steps:,}: greedy policy, mean first-episode length {length:.1f}"
+
+
 class GridVideoLogger(L.Callback):
     """Every ``every_n_env_steps`` env steps (or every ``every_n_train_steps`` training steps),
     render the first 16 envs as a 4x4 grid video.
@@ -126,8 +219,27 @@ class GridVideoLogger(L.Callback):
     written to ``<log_dir>/videos/step_<env_steps>.mp4`` and, with a TensorBoard logger, as an
     animated image ``videos/grid`` (with its caption as text ``videos/caption``).
 
-    Rendering and encoding run in a background thread on rank 0, so training only pays for
-    copying the clip; a failed render or encode is a warning, never a crash.
+    Everything after grabbing the clip runs in one background thread on rank 0; a failed render
+    or encode is a warning, never a crash:
+
+    - an env that draws its observations (the native ones): training copies the observations
+      (a few ms) and the thread draws and encodes them;
+    - an env that renders its own frames (gymnasium's, through the adapter): the thread also
+      plays the clip, on its own env instance, with a frozen CPU copy of ``greedy_policy()``
+      taken when the clip is due (training waits only for that copy, about a millisecond for
+      these networks). Such a clip takes seconds (16 gymnasium renderers), so at most one is in
+      flight: a clip that falls due while the previous one is still being made is skipped (its
+      env step goes to ``skipped_env_steps``), never queued. A module with no standalone greedy
+      policy plays its clip on the training thread, as before.
+
+    The thread shares the CPU cores and the GIL with training (gymnasium's renderers are Python
+    and pygame): while a gymnasium clip plays, training steps are slower (about 2x on 2 cores,
+    ``benchmarks/bench_video.py``): on few cores such a clip still costs training as much time
+    in all as playing it inline, or more; it just no longer stalls a step. ``frame_stride`` and
+    the period trade that against the videos.
+
+    The last clip is finished at the end of training (``on_train_end`` / ``teardown``); a run that
+    stops with an error cancels the clip being played instead.
 
     Args:
         every_n_env_steps: period in env steps (ignored if ``every_n_train_steps`` is given).
@@ -166,14 +278,19 @@ class GridVideoLogger(L.Callback):
         self._cannot_draw_warned = False
         self._disabled = False  # set when the env turned out unable to render
         self._next_at = 0
+        self._spec_env: Any = None  # a closed one-env instance: can_draw, draw, render_fps
         self._executor: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
+        self._cancelled = threading.Event()  # set by on_exception: a clip being played stops
         #: Paths of the MP4 files written so far.
         self.video_paths: list[Path] = []
-        #: Seconds the training loop spent per video (grabbing the clip), and in the background
-        #: thread (drawing + encoding).
+        #: Seconds the training loop spent per video (grabbing the clip, or for a gymnasium env
+        #: copying the greedy policy), and in the background thread (playing a gymnasium clip,
+        #: drawing, encoding).
         self.training_seconds: list[float] = []
         self.render_seconds: list[float] = []
+        #: Env steps at which a clip was due but skipped: the previous clip was still being played.
+        self.skipped_env_steps: list[int] = []
 
     def _due(self, trainer: L.Trainer, pl_module: L.LightningModule) -> bool:
         now = trainer.global_step if self.every_n_train_steps else pl_module.env_steps
@@ -185,57 +302,109 @@ class GridVideoLogger(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         require(pl_module, RLModuleProtocol, "GridVideoLogger")
+        self._spec_env = None  # a new fit may train another module
+        self._cancelled.clear()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
-        if not trainer.is_global_zero or self._disabled or not self._due(trainer, pl_module):
+        if not trainer.is_global_zero:
+            return
+        self._collect()  # first: a background clip that could not render disables the videos
+        if self._disabled or not self._due(trainer, pl_module):
             return
         start = time.perf_counter()
-        spec_env = pl_module.make_envs(1, 0)
-        spec_env.close()
+        if self._spec_env is None:
+            self._spec_env = pl_module.make_envs(1, 0)
+            self._spec_env.close()
+        spec_env = self._spec_env
         fps = (self.fps or spec_env.render_fps) / self.frame_stride
+        log_dir = Path(trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir)
+        path = log_dir / "videos" / f"step_{pl_module.env_steps}.mp4"
+        writer = trainer.logger.experiment if isinstance(trainer.logger, TensorBoardLogger) else None
+        env_steps = pl_module.env_steps
         rollout = pl_module.latest_rollout() if spec_env.can_draw else None
         if rollout is not None:
             obs, dones = rollout.obs[:16, : self.num_steps], rollout.dones[:16, : self.num_steps]
             mean_return = first_episode_stats(rollout.rewards[:16, : self.num_steps], dones).returns.mean().item()
-            caption = f"env steps {pl_module.env_steps:,}: rollout, mean first-episode return {mean_return:.1f}"
+            caption = f"env steps {env_steps:,}: rollout, mean first-episode return {mean_return:.1f}"
             obs, dones = _every_kth_step(obs.detach(), dones, self.frame_stride)
-            draw = spec_env.draw
-        else:
-            if spec_env.can_draw:
-                obs, all_dones = greedy_rollout(pl_module, 16, self.num_steps, self.seed)
-                obs, dones = _every_kth_step(obs, all_dones, self.frame_stride)
-                draw = spec_env.draw
-            else:  # e.g. a gymnasium env: its own renderer draws the current state
+            clip = functools.partial(self._render, obs, dones, spec_env.draw, caption=caption)
+        elif spec_env.can_draw:
+            obs, all_dones = greedy_rollout(pl_module, 16, self.num_steps, self.seed)
+            obs, dones = _every_kth_step(obs, all_dones, self.frame_stride)
+            caption = _greedy_caption(env_steps, all_dones)
+            clip = functools.partial(self._render, obs, dones, spec_env.draw, caption=caption)
+        else:  # e.g. a gymnasium env: its own renderer draws the current state, slowly
+            if self._pending:  # the previous clip is still being made: never pile clips up
+                self.skipped_env_steps.append(env_steps)
+                if len(self.skipped_env_steps) == 1:
+                    rank_zero_info(
+                        f"GridVideoLogger: skipped the clip due at env step {env_steps:,}, the previous one "
+                        "is still being rendered (raise every_n_env_steps to get every clip)"
+                    )
+                return
+            actor = _frozen_greedy_actor(pl_module, self._cancelled)
+            if actor is not None:
+                clip = functools.partial(self._play_and_render, pl_module, actor)
+            else:  # no standalone greedy policy to copy: played here, as before
                 try:
-                    obs, all_dones = greedy_frames(pl_module, 16, self.num_steps, self.seed, self.frame_stride)
-                except (NotImplementedError, ValueError, TypeError) as error:
-                    self._warn_no_video(pl_module, error)
-                    self._disabled = True  # the env cannot render: no more tries this run
+                    frames, dones, caption = self._play(pl_module, env_steps)
+                except _CannotRender as error:
+                    self._warn_no_video(error)
                     return
-                dones = _every_kth_step(obs, all_dones, self.frame_stride)[1]  # obs are every k-th already
-                draw = _identity
-            length = first_episode_stats(torch.ones(all_dones.shape), all_dones.cpu()).lengths.mean().item()
-            caption = f"env steps {pl_module.env_steps:,}: greedy policy, mean first-episode length {length:.1f}"
-        log_dir = Path(trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir)
-        path = log_dir / "videos" / f"step_{pl_module.env_steps}.mp4"
-        writer = trainer.logger.experiment if isinstance(trainer.logger, TensorBoardLogger) else None
+                clip = functools.partial(self._render, frames, dones, _identity, caption=caption)
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid-video")
-        self._pending.append(
-            self._executor.submit(self._render, obs, dones, draw, fps, path, writer, pl_module.env_steps, caption)
-        )
+        self._pending.append(self._executor.submit(clip, fps=fps, path=path, writer=writer, env_steps=env_steps))
         self.training_seconds.append(time.perf_counter() - start)
 
-    def _warn_no_video(self, pl_module: RLModuleProtocol, error: BaseException) -> None:
+    def _play(self, pl_module, env_steps: int, actor: _FrozenGreedyActor | None = None) -> tuple[Tensor, Tensor, str]:
+        """A greedy clip of an env that renders its own frames: frames, their dones and the caption.
+
+        Raises:
+            _CannotRender: if the env cannot render.
+        """
+        try:
+            frames, all_dones = greedy_frames(pl_module, 16, self.num_steps, self.seed, self.frame_stride, actor=actor)
+        except _RENDER_ERRORS as error:
+            raise _CannotRender(_no_video_message(pl_module.hparams.env_id, error)) from error
+        dones = _every_kth_step(frames, all_dones, self.frame_stride)[1]  # frames are every k-th already
+        return frames, dones, _greedy_caption(env_steps, all_dones)
+
+    def _play_and_render(self, pl_module, actor: _FrozenGreedyActor, fps, path: Path, writer, env_steps: int) -> None:
+        """In the background thread: play a greedy clip with the frozen ``actor`` on a fresh env
+        instance (built, rendered and closed in this thread), then draw and encode it. A
+        ``_CannotRender`` is left for the training thread to warn about (see ``_collect``)."""
+        start = time.perf_counter()
+        frames, dones, caption = self._play(pl_module, env_steps, actor)
+        self._render(frames, dones, _identity, fps, path, writer, env_steps, caption, start)
+
+    def _collect(self) -> None:
+        """On the training thread: forget the finished clips; warn (once) and stop the videos if a
+        background clip found the env unable to render, warn if it failed otherwise."""
+        if not self._pending:
+            return
+        running = []
+        for future in self._pending:
+            if not future.done():
+                running.append(future)
+                continue
+            error = future.exception()
+            if isinstance(error, _CannotRender):
+                self._warn_no_video(error)
+            elif error is not None and not isinstance(error, _Cancelled):  # a video never stops training
+                rank_zero_warn(f"GridVideoLogger could not play the greedy clip: {error!r}")
+        self._pending = running
+
+    def _warn_no_video(self, error: _CannotRender) -> None:
+        self._disabled = True  # the env cannot render: no more tries this run
         if not self._cannot_draw_warned:
-            rank_zero_warn(
-                f"GridVideoLogger: {pl_module.hparams.env_id} can neither draw its observations nor render "
-                f"its frames ({error}), so no videos are logged; training goes on"
-            )
+            rank_zero_warn(f"GridVideoLogger: {error}; training goes on")
             self._cannot_draw_warned = True
 
-    def _render(self, obs, dones, draw, fps, path: Path, writer, env_steps: int, caption: str) -> None:
-        start = time.perf_counter()
+    def _render(
+        self, obs, dones, draw, fps, path: Path, writer, env_steps: int, caption: str, start: float | None = None
+    ) -> None:
+        start = time.perf_counter() if start is None else start
         try:
             # One pass over the rendered frames: every frame goes to the MP4, every k-th (copied:
             # the iterator reuses its buffer) is kept for the TensorBoard GIF.
@@ -251,6 +420,9 @@ class GridVideoLogger(L.Callback):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(encode_mp4(frames_for_mp4(), fps))
             self.video_paths.append(path)
+            # SummaryWriter queues events for its own writer thread: safe next to Lightning's
+            # scalars from the training thread. The last clip is written before the logger is
+            # finalized (on_train_end waits for it).
             if writer is not None:
                 write_summary(writer, video_summary("videos/grid", kept, fps / stride, _CAPTION), env_steps)
                 writer.add_text("videos/caption", caption, env_steps)
@@ -265,10 +437,9 @@ class GridVideoLogger(L.Callback):
         self._next_at = state_dict["next_at"]
 
     def wait(self) -> None:
-        """Block until every queued video is written."""
-        for future in self._pending:
-            future.result()
-        self._pending.clear()
+        """Block until every queued video is written (or has failed, with its warning)."""
+        wait_for(self._pending)
+        self._collect()
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.wait()
@@ -278,3 +449,13 @@ class GridVideoLogger(L.Callback):
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        # Lightning calls no teardown after an error: stop a clip being played (it would hold the
+        # process for its whole length) and the thread here, leaving nothing running at exit.
+        self._cancelled.set()
+        self.teardown(trainer, pl_module, "fit")
+
+
+def _no_video_message(env_id: str, error: BaseException) -> str:
+    return f"{env_id} can neither draw its observations nor render its frames ({error}), so no videos are logged"

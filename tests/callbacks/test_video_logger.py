@@ -151,6 +151,8 @@ def test_an_env_that_can_neither_draw_nor_render_warns_once_and_training_goes_on
 def test_a_renderer_that_fails_its_own_way_warns_once_and_stops_trying(tmp_path, monkeypatch):
     """A renderer raising its own error (MuJoCo without an OpenGL platform raises mujoco.FatalError): one
     warning naming the error and the remedy, no crash, and no second attempt (building envs to fail again)."""
+    import threading
+
     from rl_lightning import SACModule
     from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
 
@@ -160,7 +162,7 @@ def test_a_renderer_that_fails_its_own_way_warns_once_and_stops_trying(tmp_path,
     calls = []
 
     def failing_render(self):
-        calls.append(1)
+        calls.append(threading.get_ident())
         raise FatalError("an OpenGL platform library has not been loaded into this process")
 
     monkeypatch.setattr(GymnasiumVectorEnv, "render", failing_render)
@@ -173,3 +175,212 @@ def test_a_renderer_that_fails_its_own_way_warns_once_and_stops_trying(tmp_path,
         trainer.fit(module)
     assert sum("GridVideoLogger" in str(warning.message) for warning in record) == 1
     assert trainer.global_step == 4 and video.video_paths == [] and len(calls) == 1
+    assert calls[0] != threading.get_ident()  # tried in the background, warned about on the training thread
+
+
+# -- gymnasium clips, played in the background ---------------------------------------------------
+
+
+def _mountain_car(**kwargs):
+    return VPGModule(env_id="MountainCar-v0", env_backend="gymnasium", num_envs=2, num_steps_per_rollout=4, **kwargs)
+
+
+def _trainer(tmp_path, callbacks, max_steps):
+    return L.Trainer(
+        max_steps=max_steps,
+        default_root_dir=tmp_path,
+        callbacks=callbacks,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+    )
+
+
+class _ChangeWeightsOnce(L.Callback):
+    """Right after the video logger took its copy (it comes first in the callbacks): keep the
+    weights the copy was taken from, change them so that the greedy action is always the last
+    one, then let the clip play."""
+
+    def __init__(self, changed):
+        self.changed = changed
+        self.weights_of_the_copy = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        import copy
+
+        import torch
+
+        if self.weights_of_the_copy is None:
+            self.weights_of_the_copy = copy.deepcopy(pl_module.state_dict())
+            logits = [layer for layer in pl_module.modules() if isinstance(layer, torch.nn.Linear)][-1]
+            with torch.no_grad():
+                logits.weight.zero_()
+                logits.bias.copy_(torch.arange(logits.bias.numel(), dtype=torch.float32) * 100)
+            self.changed.set()
+
+
+def test_a_gymnasium_clip_is_played_in_the_background_by_a_frozen_copy_of_the_policy(tmp_path, monkeypatch):
+    """Training pays only for the copy: the clip's env is built, stepped and rendered on the video
+    thread, with the weights of when the clip was due (not those changed right after), and the
+    video is there when fit returns."""
+    import threading
+
+    import torch
+
+    from rl_lightning.callbacks.video import greedy_frames
+    from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
+
+    changed = threading.Event()
+    render, step = GymnasiumVectorEnv.render, GymnasiumVectorEnv.step
+    render_threads, clip_actions, waited_for_the_change = [], [], []
+
+    def recording_render(self):
+        if not render_threads:  # the first frame waits until the weights have changed
+            waited_for_the_change.append(changed.wait(timeout=30))
+        render_threads.append(threading.get_ident())
+        return render(self)
+
+    def recording_step(self, actions):
+        if self.can_render:  # the clip's env, not the training envs
+            clip_actions.append(actions.clone())
+        return step(self, actions)
+
+    monkeypatch.setattr(GymnasiumVectorEnv, "render", recording_render)
+    monkeypatch.setattr(GymnasiumVectorEnv, "step", recording_step)
+    video = GridVideoLogger(every_n_env_steps=10**9, num_steps=6, frame_stride=2)
+    change = _ChangeWeightsOnce(changed)
+    module = _mountain_car(seed=0)
+    _trainer(tmp_path, [video, change], max_steps=2).fit(module)
+
+    assert waited_for_the_change == [True]
+    assert len(render_threads) == 3 and threading.get_ident() not in render_threads
+    assert [path.name for path in video.video_paths] == ["step_8.mp4"] and video.video_paths[0].is_file()
+    assert len(video.training_seconds) == len(video.render_seconds) == 1
+    played = torch.stack(clip_actions)
+    # The same clip played again by the module with the copied weights, then with its own.
+    clip_actions.clear()
+    changed_weights = {name: tensor.clone() for name, tensor in module.state_dict().items()}
+    module.load_state_dict(change.weights_of_the_copy)
+    greedy_frames(module, 16, 6, video.seed, 2)
+    assert torch.equal(torch.stack(clip_actions), played)
+    clip_actions.clear()
+    module.load_state_dict(changed_weights)
+    greedy_frames(module, 16, 6, video.seed, 2)
+    assert (torch.stack(clip_actions) == 2).all() and not (played == 2).all()
+
+
+def test_a_gymnasium_clip_due_while_the_last_one_is_rendering_is_skipped(tmp_path, monkeypatch):
+    import threading
+
+    from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
+
+    released = threading.Event()
+    render = GymnasiumVectorEnv.render
+
+    def slow_render(self):
+        released.wait(timeout=30)
+        return render(self)
+
+    class ReleaseAtTheEnd(L.Callback):  # before the video logger, which waits for its clip
+        def on_train_end(self, trainer, pl_module):
+            released.set()
+
+    monkeypatch.setattr(GymnasiumVectorEnv, "render", slow_render)
+    video = GridVideoLogger(every_n_env_steps=1, num_steps=4)
+    _trainer(tmp_path, [ReleaseAtTheEnd(), video], max_steps=3).fit(_mountain_car())
+    # Due after every rollout (8 env steps): one clip in flight at a time, the others skipped.
+    assert [path.name for path in video.video_paths] == ["step_8.mp4"]
+    assert video.skipped_env_steps == [16, 24] and len(video.training_seconds) == 1
+
+
+def test_an_error_in_training_cancels_the_clip_being_played(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
+
+    render = GymnasiumVectorEnv.render
+    renders = []
+
+    def slow_render(self):
+        renders.append(1)
+        time.sleep(0.02)  # a whole clip: 100 frames, 2 s
+        return render(self)
+
+    class Crash(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == 2:
+                raise RuntimeError("crash")
+
+    monkeypatch.setattr(GymnasiumVectorEnv, "render", slow_render)
+    video = GridVideoLogger(every_n_env_steps=10**9, num_steps=200)
+    with pytest.raises(RuntimeError, match="crash"):
+        _trainer(tmp_path, [video, Crash()], max_steps=5).fit(_mountain_car())
+    # Stopped at its next step, nothing written, and no video thread left running.
+    assert 0 < len(renders) < 50 and video.video_paths == []
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("grid-video")]
+
+
+@pytest.mark.parametrize("recurrent", [None, "gru"])
+def test_the_frozen_copy_plays_the_clip_the_module_plays(recurrent):
+    """A recurrent policy's copy carries its state from step to step, zeroed at episode starts, as
+    the module's greedy actor does (a copy that never zeroed it plays another clip)."""
+    import threading
+
+    import torch
+
+    from rl_lightning import PPOModule
+    from rl_lightning.callbacks.video import _frozen_greedy_actor, greedy_frames
+
+    module = PPOModule(
+        env_id="MountainCar-v0", env_backend="gymnasium", num_envs=4, num_minibatches=2, recurrent=recurrent, seed=3
+    )
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # weights of unit scale: the fresh ones' greedy action is always the same
+        for parameter in module.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator))
+    actor = _frozen_greedy_actor(module, threading.Event())
+    if actor is None:
+        pytest.skip("this PPOModule has no standalone recurrent greedy policy: it is filmed on the training thread")
+    frames, dones = greedy_frames(module, 4, 250, seed=1, frame_stride=5, actor=actor)
+    own_frames, own_dones = greedy_frames(module, 4, 250, seed=1, frame_stride=5)
+    assert dones.any()  # MountainCar truncates at 200 steps: the state is reset mid-clip
+    assert torch.equal(dones, own_dones) and torch.equal(frames, own_frames)
+    if recurrent is not None:  # the clip tells the state's resets apart
+        fresh = _frozen_greedy_actor(module, threading.Event())
+        never_reset = greedy_frames(module, 4, 250, 1, 5, actor=lambda obs, start: fresh(obs, torch.zeros_like(start)))
+        assert not torch.equal(never_reset[0], frames)
+
+
+def test_shrink_is_a_box_average_that_drops_partial_blocks():
+    import torch
+
+    from rl_lightning.callbacks.video import _shrink
+
+    frames = torch.randint(0, 256, (2, 10, 13, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    shrunk = _shrink(frames, max_side=5)  # factor ceil(13 / 5) = 3
+    reference = torch.nn.functional.avg_pool2d(frames.permute(0, 3, 1, 2).float(), 3).permute(0, 2, 3, 1)
+    assert shrunk.shape == (2, 3, 4, 3) and shrunk.dtype == torch.uint8
+    assert (shrunk.float() - reference).abs().max() < 1  # the mean rounded up or down
+    assert _shrink(frames, max_side=13) is frames
+
+
+def test_a_module_without_a_standalone_greedy_policy_plays_its_clip_on_the_training_thread(tmp_path, monkeypatch):
+    import threading
+
+    from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
+
+    render = GymnasiumVectorEnv.render
+    render_threads = []
+
+    def recording_render(self):
+        render_threads.append(threading.get_ident())
+        return render(self)
+
+    def no_greedy_policy(self):
+        raise NotImplementedError
+
+    monkeypatch.setattr(GymnasiumVectorEnv, "render", recording_render)
+    monkeypatch.setattr(VPGModule, "greedy_policy", no_greedy_policy)
+    video = GridVideoLogger(every_n_env_steps=10**9, num_steps=4)
+    _trainer(tmp_path, [video], max_steps=1).fit(_mountain_car())
+    assert render_threads == [threading.get_ident()] * 2 and video.video_paths[0].is_file()
