@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
 import warnings
 from typing import NamedTuple
@@ -42,6 +43,7 @@ from typing import NamedTuple
 import lightning as L
 import optuna
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from rl_lightning import VPGModule
 from rl_lightning.callbacks import evaluate_policy
@@ -191,17 +193,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget_env_steps", type=int, default=320_000, help="env steps per trial at most")
     parser.add_argument("--num_threads", type=int, default=1, help="torch CPU threads (default: 1)")
     args = parser.parse_args(argv)
+    for name in ("n_trials", "budget_env_steps", "num_threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.timeout is not None and not args.timeout > 0:
+        parser.error(f"--timeout must be a positive number of seconds, got {args.timeout}")
     torch.set_num_threads(args.num_threads)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no per-trial Trainer banner
     warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*")  # Lightning's own, once per trial
     settings = SweepSettings(budget_env_steps=args.budget_env_steps, seed=args.seed)
     study = make_study(settings, args.storage, args.study_name)
     start = time.perf_counter()
-    study.optimize(lambda trial: objective(trial, settings), n_trials=args.n_trials, timeout=args.timeout)
+    try:
+        study.optimize(lambda trial: objective(trial, settings), n_trials=args.n_trials, timeout=args.timeout)
+    except (SIGTERMException, KeyboardInterrupt) as stop:
+        # Lightning stops the running trial's fit at a SIGTERM with a SystemExit of code 0: not a success.
+        name = "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else "SIGTERM"
+        kept = f"kept in {args.storage}: rerun the same command to continue" if args.storage else "lost (no --storage)"
+        finished = sum(trial.state.is_finished() for trial in study.trials)
+        print(f"stopped by {name} after {finished} finished trials, {kept}", file=sys.stderr)
+        sys.exit(130 if isinstance(stop, KeyboardInterrupt) else 143)
     minutes = (time.perf_counter() - start) / 60
     states = [trial.state.name for trial in study.trials]
     counts = f"{states.count('COMPLETE')} complete, {states.count('PRUNED')} pruned"
     print(f"{len(states)} trials in {minutes:.1f} min: {counts}")
+    if not any(trial.state.name == "COMPLETE" for trial in study.trials):
+        print("no trial completed (all pruned or failed): no best trial", file=sys.stderr)
+        sys.exit(1)
     best = study.best_trial
     solved = best.user_attrs.get("env_steps_to_solve")
     print(f"best trial {best.number}: value {best.value:.1f}, params {best.params}")

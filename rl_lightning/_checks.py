@@ -90,3 +90,29 @@ def check_sizes(name: str, value: Any, allow_empty: bool = True) -> tuple[int, .
 def check_seed(name: str, value: Any) -> int:
     """``value`` must be an int in [0, 2**63) (what ``torch.Generator.manual_seed`` takes)."""
     return check_int(name, value, 0, 2**63 - 1)
+
+
+def check_device(name: str, value: Any) -> Any:
+    """``value`` as a ``torch.device`` that exists here: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``
+    or a ``torch.device``; a misspelt one, or CUDA / MPS on a machine without it, is a ``ValueError``."""
+    import torch
+
+    if not isinstance(value, (str, torch.device)):
+        raise TypeError(f"{name} must be a torch.device or a string such as 'cpu' or 'cuda:0', got {value!r}")
+    try:
+        device = torch.device(value)
+    except RuntimeError:
+        raise ValueError(
+            f"{name} must be a torch device such as 'cpu', 'cuda', 'cuda:1' or 'mps', got {value!r}"
+        ) from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name}={value!r}, but torch finds no CUDA device here: use {name}='cpu'")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"{name}={value!r}, but there are only {torch.cuda.device_count()} CUDA devices "
+                f"(cuda:0 .. cuda:{torch.cuda.device_count() - 1})"
+            )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{name}={value!r}, but MPS is not available here: use {name}='cpu'")
+    return device

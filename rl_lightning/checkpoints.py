@@ -49,14 +49,46 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             os.replace(temporary, path)
             temporary = None
             _fsync_directory(path.parent)
-        except OSError as error:
+        except (OSError, RuntimeError) as error:
+            if isinstance(error, RuntimeError) and not _is_write_failure(error):
+                raise
+            previous = (
+                f"the previous checkpoint {path} is intact"
+                if path.is_file()
+                else "there was no previous checkpoint there"
+            )
+            if _disk_full(error, path.parent):
+                raise CheckpointSaveError(
+                    f"disk full while writing {path} (No space left on device); {previous}"
+                ) from error
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error).splitlines()[0]
             raise CheckpointSaveError(
-                f"could not save the checkpoint {path}: {error.strerror or error}; "
-                f"the previous checkpoint there (if any) is kept whole"
+                f"could not save the checkpoint {path}: {reason}; {previous} (kept whole)"
             ) from error
         finally:
             if temporary is not None:
                 Path(temporary).unlink(missing_ok=True)
+
+
+def _is_write_failure(error: RuntimeError) -> bool:
+    """torch's zip writer reports a failed write as a ``RuntimeError`` from C++ (``[enforce fail at
+    inline_container.cc] . unexpected pos``, ``PytorchStreamWriter failed writing file``)."""
+    message = str(error)
+    return "inline_container" in message or "PytorchStreamWriter" in message or "unexpected pos" in message
+
+
+def _disk_full(error: BaseException, directory: Path) -> bool:
+    """Whether ``error`` came from a full disk: ENOSPC / EDQUOT, or a zip-writer failure with (almost)
+    no space left in ``directory``'s filesystem."""
+    import errno
+
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    try:
+        stats = os.statvfs(directory)
+    except (OSError, AttributeError):
+        return False
+    return stats.f_bavail * stats.f_frsize < 1 << 20  # under 1 MiB left
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -75,17 +107,36 @@ def _fsync_directory(directory: Path) -> None:
 
 def load_checkpoint_file(path: str | Path) -> dict[str, Any]:
     """Load a checkpoint file on the CPU, or raise ``ValueError`` saying why it is not one (missing,
-    empty, not a torch file, or not a Lightning checkpoint of an rl_lightning module)."""
+    empty, truncated, not a torch file, or not a Lightning checkpoint of an rl_lightning module).
+
+    The file is read with ``torch.load(weights_only=True)``: tensors, numbers, strings and plain
+    containers only, so no code stored in a file runs (a pickle can call any function when it is
+    loaded with ``weights_only=False``). rl_lightning's checkpoints hold nothing else."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"checkpoint {str(path)!r} does not exist or is not a file")
     if path.stat().st_size == 0:
         raise ValueError(f"checkpoint {str(path)!r} is empty (0 bytes): a save was interrupted or the disk was full")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    except (EOFError, pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, UnicodeDecodeError) as error:
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as file:
+            start = file.read(16)
         raise ValueError(
-            f"{str(path)!r} is not a readable torch checkpoint ({type(error).__name__}: {error})"
+            f"{str(path)!r} is not a complete torch checkpoint (torch.save writes a zip archive; this file is "
+            f"truncated, or not a checkpoint at all: it starts with {start!r})"
+        )
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as error:
+        lines = [line for line in str(error).splitlines() if "GLOBAL" in line or "global" in line]
+        raise ValueError(
+            f"{str(path)!r} holds Python objects other than tensors and plain containers, which rl_lightning "
+            f"does not unpickle (it loads with weights_only=True, so no code in a file runs)"
+            + (f": {lines[0].strip()}" if lines else "")
+        ) from error
+    except (EOFError, zipfile.BadZipFile, RuntimeError, UnicodeDecodeError, ValueError) as error:
+        raise ValueError(
+            f"{str(path)!r} is not a readable torch checkpoint, truncated or corrupted "
+            f"({type(error).__name__}: {str(error).splitlines()[0]})"
         ) from error
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise ValueError(f"{str(path)!r} is not a Lightning checkpoint (no state_dict)")
@@ -102,7 +153,7 @@ def checkpoint_algorithm(path: str | Path) -> str | None:
 def _checkpoint_identity(path: str | Path) -> tuple[str | None, str | None]:
     """The module class and the env id of the checkpoint at ``path`` (None where unknown)."""
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # an unreadable file is no candidate
         return None, None
     payload = checkpoint.get(CHECKPOINT_KEY) if isinstance(checkpoint, dict) else None

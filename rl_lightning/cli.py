@@ -16,7 +16,10 @@ write nothing (unless given a ``--trainer.logger``).
 from __future__ import annotations
 
 import importlib
+import inspect
+import sys
 import time
+from typing import Any
 
 import lightning as L
 import torch
@@ -25,7 +28,7 @@ from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCL
 
 from rl_lightning.algos import ALGORITHMS
 from rl_lightning.callbacks import EnvStepBudget
-from rl_lightning.checkpoints import resolve_ckpt_path
+from rl_lightning.checkpoints import CHECKPOINT_KEY, load_checkpoint_file, resolve_ckpt_path
 from rl_lightning.scripting import StartLine, report, run_logger
 
 # The modules ``--model`` accepts, by short name (``--model DQNModule``) or class path.
@@ -66,6 +69,87 @@ class RLLightningCLI(LightningCLI):
             default=None,
             help="fit: the run's length in env steps (SB3's total_timesteps), in place of --trainer.max_steps",
         )
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
+        # The command line as given, to tell the flags a user set from the defaults (_parse_ckpt_path).
+        self._argv = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
+        super().parse_arguments(parser, args)
+
+    def _parse_ckpt_path(self) -> None:
+        """``--ckpt_path FILE``: the module class and the hyper-parameters default to the checkpoint's;
+        the flags and ``--config`` values given win over them, and a note on stderr names each one that
+        differs from the checkpoint. A file that is not an rl_lightning checkpoint, or a checkpoint of
+        another class than ``--model``, is a usage error (exit status 2). (Lightning's own version
+        silently lets the checkpoint's values replace the flags, its class replace ``--model``.)"""
+        subcommand = self.config.get("subcommand")
+        if not subcommand:
+            return
+        config = self.config[subcommand]
+        ckpt_path = config.get("ckpt_path")
+        if not ckpt_path or ckpt_path == "last":
+            return
+        parser = self._parser(subcommand)
+        try:
+            checkpoint = load_checkpoint_file(ckpt_path)
+        except ValueError as error:
+            parser.error(f"--ckpt_path: {error}")
+        hparams = dict(checkpoint.get("hyper_parameters") or {})
+        hparams.pop("_instantiator", None)
+        saved_by = checkpoint[CHECKPOINT_KEY].get("algorithm")
+        saved_class = _model_class(hparams.pop("_class_path", None)) or {c.__name__: c for c in MODEL_CLASSES}.get(
+            saved_by
+        )
+        if saved_class is None:
+            parser.error(f"--ckpt_path {ckpt_path} does not say which module saved it (no class path): pass --model")
+        model = config.get("model")
+        chosen = _model_class(model.class_path) if model is not None else saved_class
+        if chosen is not None and saved_class.algorithm_name() != getattr(chosen, "algorithm_name", lambda: None)():
+            parser.error(
+                f"--ckpt_path {ckpt_path} is a checkpoint of {saved_class.algorithm_name()} on "
+                f"{checkpoint[CHECKPOINT_KEY].get('env_id')}, but --model is {chosen.__name__}: pass a "
+                f"{chosen.__name__} checkpoint, or --model {saved_class.__name__} (or no --model: the checkpoint's)"
+            )
+        given = self._given_init_args(chosen, model)
+        replaced = [
+            f"{name} {given[name]!r} (checkpoint: {hparams[name]!r})"
+            for name in sorted(given)
+            if name in hparams and not _same_value(given[name], hparams[name])
+        ]
+        taken = {name: value for name, value in hparams.items() if name not in given}
+        update = {"class_path": f"{chosen.__module__}.{chosen.__qualname__}", "init_args": taken}
+        try:
+            self.config = self.parser.parse_object({subcommand: {"model": update}}, self.config)
+        except SystemExit:
+            sys.stderr.write(f"the hyper-parameters of --ckpt_path {ckpt_path} do not parse for {chosen.__name__}\n")
+            raise
+        if replaced and _is_rank_zero():
+            print(
+                f"note: the flags win over the hyper-parameters of {ckpt_path}: {', '.join(replaced)}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _given_init_args(self, model_class: Any, model: Any) -> dict[str, Any]:
+        """The module's init args the user set: named on the command line, or (from a ``--config`` file or a
+        flag) different from the class's default."""
+        if model is None or model.get("init_args") is None:
+            return {}
+        defaults = {
+            name: parameter.default
+            for name, parameter in inspect.signature(model_class.__init__).parameters.items()
+            if parameter.default is not inspect.Parameter.empty
+        }
+        named = {
+            token.split("=", 1)[0].removeprefix("--model.").removeprefix("init_args.")
+            for token in self._argv
+            if token.startswith("--model.")
+        }
+        init_args = dict(model.init_args.items()) if hasattr(model.init_args, "items") else dict(vars(model.init_args))
+        return {
+            name: value
+            for name, value in init_args.items()
+            if name in named or name not in defaults or not _same_value(value, defaults[name])
+        }
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
@@ -120,8 +204,20 @@ class RLLightningCLI(LightningCLI):
             self.model.hparams.env_id,
         )
 
+    def _check_ckpt_path(self) -> None:
+        """The checkpoint (a path, or the one ``last`` found) fits the module built from the flags: the same
+        algorithm, env and network shapes, or a usage error naming both (exit status 2)."""
+        ckpt_path = self.config_init[self.subcommand].get("ckpt_path")
+        if ckpt_path is None:
+            return
+        try:
+            self.model.check_checkpoint(load_checkpoint_file(ckpt_path))
+        except ValueError as error:
+            self._parser(self.subcommand).error(f"--ckpt_path {ckpt_path}: {error}")
+
     def before_fit(self) -> None:
         self._resolve_ckpt_path()
+        self._check_ckpt_path()
         self._start = time.perf_counter()
 
     def after_fit(self) -> None:
@@ -130,6 +226,7 @@ class RLLightningCLI(LightningCLI):
 
     def before_validate(self) -> None:
         self._resolve_ckpt_path()
+        self._check_ckpt_path()
         self.config_init[self.subcommand]["verbose"] = False  # Lightning's results table: one line instead
 
     before_test = before_validate
@@ -157,6 +254,33 @@ class RLLightningCLI(LightningCLI):
         return line + (
             f"; logged to {logger.log_dir}" if logger is not None and logger.log_dir else "; nothing written"
         )
+
+
+def _model_class(class_path: str | None) -> Any:
+    """The class at ``class_path`` (``rl_lightning.algos.ppo.PPOModule``); None if there is none."""
+    if not class_path:
+        return None
+    module_name, _, class_name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """``a == b``, with lists and tuples alike (a YAML list is a checkpoint's tuple)."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    try:
+        return bool(a == b)
+    except Exception:  # values without a plain truth value (arrays): differ
+        return False
+
+
+def _is_rank_zero() -> bool:
+    import os
+
+    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
 
 
 def make_cli(args: ArgsType = None) -> RLLightningCLI:

@@ -68,6 +68,12 @@ def _script_parser(
     every = "env steps between greedy evaluations"
     group.add_argument("--eval_every_n_env_steps", type=PositiveInt, default=eval_every, help=every)
     group.add_argument("--num_eval_episodes", type=PositiveInt, default=32, help="episodes per evaluation")
+    group.add_argument(
+        "--eval_max_episode_steps",
+        type=PositiveInt | None,
+        default=None,
+        help="cut evaluation episodes at this many steps (null: the env's time limit; 1000 without one)",
+    )
     every = "env steps between grid videos"
     group.add_argument("--video_every_n_env_steps", type=PositiveInt, default=video_every, help=every)
     group.add_argument("--no_video", action="store_true", help="do not log grid videos")
@@ -141,7 +147,41 @@ def parse_script_args(
         module = module_cls(**{key: hparams[key] for key in module_keys})
     except (TypeError, ValueError) as error:
         parser.error(str(error), error)
+    _check_trainer_flags(parser, args)
+    if args.ckpt_path is not None:
+        # A checkpoint that is no checkpoint, or one of another algorithm, env or network, is a bad
+        # option too (exit status 2), not a traceback from inside fit.
+        from rl_lightning.checkpoints import load_checkpoint_file, resolve_ckpt_path
+
+        try:
+            path = resolve_ckpt_path(
+                args.ckpt_path, args.default_root_dir, module.algorithm_name(), module.hparams.env_id
+            )
+            if path is not None:
+                module.check_checkpoint(load_checkpoint_file(path))
+        except ValueError as error:
+            parser.error(f"--ckpt_path {args.ckpt_path}: {error}", error)
     return module, args
+
+
+def _check_trainer_flags(parser: ArgumentParser, args: Namespace) -> None:
+    """``--accelerator``, ``--devices``, ``--strategy``, ``--num_nodes`` and ``--precision`` as Lightning
+    takes them: a combination it refuses (``--devices 0``, ``--accelerator gpu`` without one) exits
+    with status 2 and Lightning's reason, before anything starts."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+    names = ("accelerator", "devices", "strategy", "num_nodes", "precision")
+    try:
+        L.Trainer(
+            **{name: args[name] for name in names},
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+    except (MisconfigurationException, TypeError, ValueError, RuntimeError, ImportError) as error:
+        given = " ".join(f"--{name} {args[name]}" for name in names)
+        parser.error(f"the Trainer flags ({given}) are not usable here: {error}", error)
 
 
 def fit_kwargs(args: Namespace, module: Any) -> dict[str, Any]:
@@ -153,12 +193,47 @@ def fit_kwargs(args: Namespace, module: Any) -> dict[str, Any]:
     return {"ckpt_path": ckpt_path}
 
 
+#: The environment variable by which a DDP launcher's rank 0 tells the ranks it starts its version
+#: directories (``<run dir>=<version>`` lines): they re-run the script and must not claim new ones.
+_VERSION_VARIABLE = "RL_LIGHTNING_RUN_VERSIONS"
+
+
 def run_logger(module: Any, root_dir: str | Path) -> Any:
     """TensorBoard logs in ``<root_dir>/lightning_logs/<run name>/version_N`` (``PPO-CartPole-v1``), so
-    a directory says what ran; no placeholder ``hp_metric``."""
+    a directory says what ran; no placeholder ``hp_metric``.
+
+    ``version_N`` is claimed atomically (created with ``mkdir``, the next number if another run took
+    it first), so runs started at the same moment in one directory (a job array) never share one:
+    Lightning's own choice (one past the highest there) lets two runs pick the same number."""
+    import os
+
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    return TensorBoardLogger(Path(root_dir) / "lightning_logs", name=module.run_name, default_hp_metric=False)
+    root = Path(root_dir) / "lightning_logs"
+    directory = (root / module.run_name).resolve()
+    claimed = dict(line.rsplit("=", 1) for line in os.environ.get(_VERSION_VARIABLE, "").splitlines() if "=" in line)
+    if os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("NODE_RANK", "0") != "0":
+        # A process a launcher started: rank 0's directory (it writes alone; the others only name it).
+        version = int(claimed[str(directory)]) if str(directory) in claimed else None
+    else:
+        version = _claim_version(directory)
+        claimed[str(directory)] = str(version)
+        os.environ[_VERSION_VARIABLE] = "\n".join(f"{path}={number}" for path, number in claimed.items())
+    return TensorBoardLogger(root, name=module.run_name, version=version, default_hp_metric=False)
+
+
+def _claim_version(directory: Path) -> int:
+    """Create ``directory/version_N`` for the lowest N past the highest there and return N; a number
+    another process created first is skipped."""
+    directory.mkdir(parents=True, exist_ok=True)
+    numbers = [int(path.name[8:]) for path in directory.glob("version_*") if path.name[8:].isdigit()]
+    version = max(numbers, default=-1) + 1
+    while True:
+        try:
+            (directory / f"version_{version}").mkdir()
+            return version
+        except FileExistsError:
+            version += 1
 
 
 def trainer_kwargs(args: Namespace, module: Any) -> dict[str, Any]:
@@ -184,7 +259,11 @@ def watch_callbacks(args: Namespace, module: Any) -> list[L.Callback]:
     from rl_lightning.envs import solved_return
 
     callbacks: list[L.Callback] = [
-        Evaluation(every_n_env_steps=args.eval_every_n_env_steps, num_eval_episodes=args.num_eval_episodes),
+        Evaluation(
+            every_n_env_steps=args.eval_every_n_env_steps,
+            num_eval_episodes=args.num_eval_episodes,
+            max_episode_steps=args.eval_max_episode_steps,
+        ),
         ModelCheckpoint(monitor="eval/episodic_return", mode="max", filename="best-{epoch}-{step}"),
         # Lightning 2.6 writes save_last's copy only when a monitored checkpoint improves, so the
         # state to resume from is a second, unmonitored checkpoint rewritten every epoch.
@@ -394,12 +473,15 @@ class _StopRequests:
 def run_script(main: Any) -> None:
     """Run a training script's ``main``: a stop by SIGTERM or Ctrl-C exits with 143 / 130 after
     saying where the resumable checkpoint is (a Ctrl-C during a fit stops at the same safe point as a
-    SIGTERM, so it resumes exactly), a diverged run (non-finite loss or weights) with 1 and the error,
-    never with 0."""
+    SIGTERM, so it resumes exactly), a diverged run (non-finite loss or weights), a checkpoint that
+    could not be written (disk full) or another failure of the file system (a read-only directory)
+    with 1 and the error in one line, never with 0."""
     import signal
     import sys
 
     from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from rl_lightning.checkpoints import CheckpointSaveError
 
     requests = _StopRequests()
     previous = {signum: signal.signal(signum, requests.handle) for signum in (signal.SIGINT, signal.SIGTERM)}
@@ -421,7 +503,7 @@ def run_script(main: Any) -> None:
         if exit_.code == 1 and requests.first == signal.SIGINT:
             stopped(130)
         raise
-    except FloatingPointError as error:
+    except (FloatingPointError, CheckpointSaveError, OSError) as error:  # diverged; a disk full or read-only
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
     finally:

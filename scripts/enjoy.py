@@ -20,7 +20,7 @@ import torch
 
 from rl_lightning import algos
 from rl_lightning.checkpoints import CHECKPOINT_KEY, load_checkpoint_file
-from rl_lightning.envs import make_envs
+from rl_lightning.envs.registry import is_native_env_id, make_envs
 from rl_lightning.video import encode_mp4
 
 
@@ -38,11 +38,21 @@ def load_module(ckpt_path: str, env_id: str | None = None):
 def play(module, episodes: int, seed: int, backend: str, video: Path | None, max_steps: int) -> list[float]:
     """Run ``episodes`` greedy episodes one after another (one env copy); returns their returns."""
     env_id = module.hparams.env_id
-    gymnasium = backend == "gymnasium"
-    envs = make_envs(env_id, 1, seed=seed, backend=backend, **({"render": True} if gymnasium and video else {}))
+    # The env as trained: the module's backend (unless --backend says otherwise) and its env_kwargs.
+    env_kwargs = dict(module.hparams.get("env_kwargs") or {})
+    if backend == "auto":
+        backend = module.hparams.get("env_backend", "auto")
+    gymnasium = backend == "gymnasium" or not is_native_env_id(env_id)
+    if env_kwargs and not gymnasium:
+        raise ValueError(
+            f"the checkpoint was trained with env_kwargs {env_kwargs} (gymnasium's env), which the native torch "
+            f"env {env_id} cannot take: play it with --backend gymnasium"
+        )
+    options = {**env_kwargs, **({"render": True} if gymnasium and video else {})}
+    envs = make_envs(env_id, 1, seed=seed, backend=backend, **options)
     if video is not None and not (envs.can_draw or envs.can_render):
         raise ValueError(f"{env_id} can neither draw its observations nor render: no video")
-    returns, frames = [], []
+    returns, frames, capped = [], [], 0
     obs, _ = envs.reset()
     actor = module.greedy_actor()  # carries a recurrent policy's state
     for _ in range(episodes):
@@ -55,8 +65,17 @@ def play(module, episodes: int, seed: int, backend: str, video: Path | None, max
             steps += 1
             done = bool(terminated[0] or truncated[0])
             obs = next_obs
+        if not done:  # cut at --max_episode_steps: the next episode starts from a reset
+            capped += 1
+            obs, _ = envs.reset()
         returns.append(total)
     envs.close()
+    if capped:
+        print(
+            f"warning: {capped} of {episodes} episodes did not end within --max_episode_steps {max_steps} "
+            "(their returns are of the first steps only)",
+            file=sys.stderr,
+        )
     if video is not None:
         video.parent.mkdir(parents=True, exist_ok=True)
         video.write_bytes(encode_mp4(frames, envs.render_fps))
@@ -73,11 +92,19 @@ def main() -> None:
     parser.add_argument("--max_episode_steps", type=int, default=100_000, help="cap for envs without a time limit")
     parser.add_argument("--video", type=Path, default=None, help="write an MP4 of the episodes here")
     args = parser.parse_args()
+    if args.episodes < 1:
+        parser.error(f"--episodes must be at least 1, got {args.episodes}")
+    if args.max_episode_steps < 1:
+        parser.error(f"--max_episode_steps must be at least 1, got {args.max_episode_steps}")
+    if args.video is not None and args.video.suffix.lower() != ".mp4":
+        parser.error(f"--video writes an MP4: give a path ending in .mp4, got {str(args.video)!r}")
     try:
         module = load_module(args.ckpt_path, args.env_id)
         returns = play(module, args.episodes, args.seed, args.backend, args.video, args.max_episode_steps)
     except ValueError as error:
         parser.exit(2, f"error: {error}\n")
+    except OSError as error:  # the video's directory is read-only, the disk is full
+        parser.exit(1, f"error: could not write {args.video}: {error.strerror or error}\n")
     mean = sum(returns) / len(returns)
     rounded = [round(value, 1) for value in returns]
     print(f"{module.hparams.env_id}: {len(returns)} greedy episodes, returns {rounded}, mean {mean:.1f}")

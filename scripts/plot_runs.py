@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -132,6 +134,28 @@ def load_scalars(run_dir: str | Path, tag: str) -> tuple[np.ndarray, np.ndarray,
     return scalars
 
 
+def _warn_if_several_runs(
+    run_dir: str | Path, accumulators: Sequence[event_accumulator.EventAccumulator], tag: str
+) -> None:
+    """Warn when the event files under ``run_dir`` overlap in steps: not one run (a resumed run's files
+    follow one another) but several, which would be read as one interleaved curve."""
+    spans = []
+    for accumulator in accumulators:
+        scalars = _scalars([accumulator], tag)
+        if scalars is not None:
+            spans.append((float(scalars[1].min()), int(scalars[0].min()), int(scalars[0].max()), accumulator.path))
+    spans.sort()
+    for (_, _, last, first_dir), (_, start, _, second_dir) in itertools.pairwise(spans):
+        if start < last:
+            warnings.warn(
+                f"{run_dir} holds several runs, read as one curve: {second_dir} starts at step {start}, before "
+                f"{first_dir} ends ({last}); pass each run's directory (a directory of version_* runs as a "
+                f"positional RUN_DIR is split into its runs)",
+                stacklevel=3,
+            )
+            return
+
+
 def _scalar_tags(accumulators: Sequence[event_accumulator.EventAccumulator]) -> list[str]:
     return sorted({tag for accumulator in accumulators for tag in accumulator.Tags()[event_accumulator.SCALARS]})
 
@@ -152,6 +176,7 @@ def load_curve(run_dir: str | Path, tag: str, env_steps_tag: str = ENV_STEPS_TAG
     scalars = _scalars(accumulators, tag)
     if scalars is None:
         raise ValueError(f"{run_dir} has no scalar {tag!r}; its scalars: {_scalar_tags(accumulators)}")
+    _warn_if_several_runs(run_dir, accumulators, tag)
     steps, wall_times, values = scalars
     start_time = min(accumulator.FirstEventTimestamp() for accumulator in accumulators)
     env_steps_scalars = _scalars(accumulators, env_steps_tag)
@@ -447,11 +472,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         labels += [group[0]] * (len(group) - 1)
     if not run_dirs:
         parser.error("give runs: --run LABEL RUN_DIR [RUN_DIR ...] (repeatable) or RUN_DIR ... [--labels NAME ...]")
-    curves = [load_curve(run_dir, args.tag, args.env_steps_tag) for run_dir in run_dirs]
+    try:
+        curves = [load_curve(run_dir, args.tag, args.env_steps_tag) for run_dir in run_dirs]
+    except ValueError as error:
+        parser.error(str(error))
+    csv_path = args.csv or str(Path(args.out).with_suffix(".csv"))
+    for path in (args.out, csv_path):
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            parser.error(f"cannot create the directory of {path}: {error.strerror or error}")
     aggregates = plot_curves(
         curves, labels, args.tag, args.out, stat=args.stat, show_runs=args.show_runs, seed=args.seed
     )
-    csv_path = args.csv or str(Path(args.out).with_suffix(".csv"))
     write_csv(aggregates, args.stat, csv_path)
     print(f"wrote {args.out} and {csv_path}")
 

@@ -45,4 +45,4 @@ def test_enjoy_says_why_a_file_is_not_a_checkpoint(tmp_path):
     bad = tmp_path / "notes.ckpt"
     bad.write_text("not a checkpoint")
     result = _enjoy("--ckpt_path", str(bad))
-    assert result.returncode == 2 and "not a readable torch checkpoint" in result.stderr
+    assert result.returncode == 2 and "not a complete torch checkpoint" in result.stderr

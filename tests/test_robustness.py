@@ -116,10 +116,49 @@ def test_a_full_disk_keeps_the_previous_checkpoint_whole(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", full_disk)
-    with pytest.raises(CheckpointSaveError, match=r"No space left on device.*previous checkpoint there .* is kept"):
+    with pytest.raises(
+        CheckpointSaveError, match=rf"disk full while writing {path}.*previous checkpoint {path} is intact"
+    ):
         io.save_checkpoint(_checkpoint_dict(2.0), path)
     assert path.read_bytes() == good
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]  # no temporary file left behind
+
+
+def test_a_full_disk_seen_by_torchs_zip_writer_is_named_too(tmp_path, monkeypatch):
+    """On a full disk torch.save's C++ zip writer raises a RuntimeError ("[enforce fail at
+    inline_container.cc:672] . unexpected pos"), not an OSError: it is still "disk full", with the
+    previous checkpoint intact."""
+    io = AtomicCheckpointIO()
+    path = tmp_path / "last.ckpt"
+    io.save_checkpoint(_checkpoint_dict(1.0), path)
+    good = path.read_bytes()
+
+    def zip_writer_fails(obj, file):
+        file.write(b"partial")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 4096 vs 3981")
+
+    class NoSpace:
+        f_bavail, f_frsize = 0, 4096
+
+    monkeypatch.setattr(torch, "save", zip_writer_fails)
+    monkeypatch.setattr(os, "statvfs", lambda directory: NoSpace())
+    with pytest.raises(
+        CheckpointSaveError, match=rf"disk full while writing {path}.*previous checkpoint {path} is intact"
+    ):
+        io.save_checkpoint(_checkpoint_dict(2.0), path)
+    assert path.read_bytes() == good
+    monkeypatch.setattr(torch, "save", lambda obj, file: (_ for _ in ()).throw(RuntimeError("a bug elsewhere")))
+    with pytest.raises(RuntimeError, match="a bug elsewhere"):  # other errors are not taken for a full disk
+        io.save_checkpoint(_checkpoint_dict(2.0), path)
+
+
+def test_a_script_whose_checkpoint_cannot_be_written_exits_1_with_one_line(tmp_path):
+    (tmp_path / "lightning_logs").mkdir()
+    (tmp_path / "lightning_logs" / "PPO-CartPole-v1").write_text("a file where the run's directory goes")
+    process = _script("train_ppo.py", "--max_steps", "2", "--num_envs", "4", "--no_video", cwd=tmp_path)
+    _, err = process.communicate(timeout=240)
+    assert process.returncode in (1, 2), err[-2000:]
+    assert "Traceback" not in err and "PPO-CartPole-v1" in err
 
 
 def test_an_unwritable_checkpoint_directory_fails_loudly(tmp_path, monkeypatch):

@@ -46,7 +46,7 @@ from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.gym_adapter import encode_observations
 from rl_lightning.envs.registry import BACKENDS, canonical_env_id, is_native_env_id
-from rl_lightning.export import export_policy
+from rl_lightning.export import export_policy, trace_policy
 from rl_lightning.progress import RLProgressBar
 from rl_lightning.seeding import derive_seed
 
@@ -154,7 +154,8 @@ class RLModule(L.LightningModule):
         raise NotImplementedError
 
     def greedy_policy(self) -> nn.Module:
-        """The greedy policy as a plain module, observations -> actions (see ``rl_lightning.export``)."""
+        """The greedy policy as a plain module, observations -> actions (a recurrent one also takes and
+        returns its state; see ``rl_lightning.export``)."""
         raise NotImplementedError
 
     def warmup_env_steps(self) -> int:
@@ -310,9 +311,11 @@ class RLModule(L.LightningModule):
         return self.policy_actions(obs, greedy=True)
 
     def export_policy(self, path: str | Path, format: str | None = None) -> Path:
-        """Save the greedy policy, standalone, to ``path``: TorchScript (``.pt``) or ONNX (``.onnx``,
-        the ``onnx`` extra). It maps observations ``(batch, *obs_shape)`` to the actions ``act(obs,
-        greedy=True)`` gives, with no env, Lightning or rl_lightning needed to run it."""
+        """Save the greedy policy, standalone, to ``path``: a ``torch.export`` program (``.pt2``), ONNX
+        (``.onnx``, the ``onnx`` extra) or TorchScript (``.pt``, ``.ts``); ``format`` (``"export"``,
+        ``"onnx"``, ``"torchscript"``) overrides the suffix. It maps observations ``(batch, *obs_shape)``
+        to the actions ``act(obs, greedy=True)`` gives (a recurrent policy also takes and returns its
+        state: ``rl_lightning.export``), with no env, Lightning or rl_lightning needed to run it."""
         policy = copy.deepcopy(self.greedy_policy()).cpu().eval()
         example = torch.zeros((2, *self.obs_shape), dtype=self.obs_dtype)
         return export_policy(policy, example, path, format)
@@ -321,15 +324,16 @@ class RLModule(L.LightningModule):
         self, file_path: str | Path | None = None, method: str = "trace", example_inputs: Any = None, **kwargs: Any
     ) -> Any:
         """The greedy policy as TorchScript (traced), saved to ``file_path`` if given. (Lightning's
-        default scripts the whole module, which a module with envs and data sources cannot be.)"""
+        default scripts the whole module, which a module with envs and data sources cannot be.)
+        ``example_inputs``: observations ``(batch, *obs_shape)`` (or a recurrent policy's
+        ``(obs, state, episode_start)``); None: zeros."""
         if method != "trace":
             raise ValueError(f"method must be 'trace' for an RL module, got {method!r}")
         policy = copy.deepcopy(self.greedy_policy()).cpu().eval()
         example = (
             example_inputs if example_inputs is not None else torch.zeros((2, *self.obs_shape), dtype=self.obs_dtype)
         )
-        with torch.no_grad():
-            traced = torch.jit.trace(policy, example, check_trace=False)
+        traced = trace_policy(policy, example)
         if file_path is not None:
             traced.save(str(file_path))
         return traced
@@ -621,6 +625,21 @@ class RLModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.check_checkpoint(checkpoint)
+        # This module's lr wins over the checkpoint's (a resume with another --lr): the restored Adam
+        # param groups (and the LR decay's initial_lr) are scaled before Lightning loads them.
+        saved_lr = (checkpoint.get("hyper_parameters") or {}).get("lr")
+        own_lr = self.hparams.get("lr")
+        if (
+            isinstance(saved_lr, (int, float))
+            and isinstance(own_lr, (int, float))
+            and saved_lr > 0
+            and saved_lr != own_lr
+        ):
+            for optimizer_state in checkpoint.get("optimizer_states", []):
+                for group in optimizer_state.get("param_groups", []):
+                    for key in ("lr", "initial_lr"):
+                        if key in group:
+                            group[key] = group[key] * own_lr / saved_lr
         payload = checkpoint.get(CHECKPOINT_KEY) or {}
         self._start_env_steps = int(payload.get("env_steps", 0))
         self._restored_sources = payload.get("sources")
@@ -650,14 +669,34 @@ class RLModule(L.LightningModule):
                 f"the checkpoint was trained on env_id {env_id!r} but this {own} is built for {self.hparams.env_id!r}"
             )
         own_state = self.state_dict()
-        for name, tensor in checkpoint.get("state_dict", {}).items():
+        saved_state = checkpoint.get("state_dict", {})
+        for name, tensor in saved_state.items():
             if name in own_state and tuple(own_state[name].shape) != tuple(tensor.shape):
                 raise ValueError(
                     f"the checkpoint's {name} has shape {tuple(tensor.shape)} but this module's is "
-                    f"{tuple(own_state[name].shape)}: it was built with hidden_sizes={hparams.get('hidden_sizes')} "
-                    f"for {env_id!r}, this module with hidden_sizes={self.hparams.get('hidden_sizes')} for "
+                    f"{tuple(own_state[name].shape)}: it was built with {_network_settings(hparams)} "
+                    f"for {env_id!r}, this module with {_network_settings(self.hparams)} for "
                     f"{self.hparams.env_id!r}"
                 )
+        only_saved = sorted(set(saved_state) - set(own_state))
+        only_own = sorted(set(own_state) - set(saved_state))
+        if only_saved or only_own:
+
+            def shapes(names: list[str], state: dict[str, Any]) -> str:
+                listed = ", ".join(f"{name} {tuple(state[name].shape)}" for name in names[:3])
+                return listed + (f" and {len(names) - 3} more" if len(names) > 3 else "") if names else "none"
+
+            raise ValueError(
+                f"the checkpoint's network is not this module's: it was built with {_network_settings(hparams)}, "
+                f"this module with {_network_settings(self.hparams)}; only in the checkpoint: "
+                f"{shapes(only_saved, saved_state)}; only in this module: {shapes(only_own, own_state)}"
+            )
+
+
+def _network_settings(hparams: Any) -> str:
+    """``recurrent='lstm', hidden_sizes=(64, 64)``: the hyper-parameters that shape a module's weights."""
+    names = ("recurrent", "core_size", "hidden_sizes", "shared_encoder", "normalize_obs", "num_critics")
+    return ", ".join(f"{name}={hparams[name]!r}" for name in names if name in hparams) or "its defaults"
 
 
 def as_numpy(tensor: Tensor) -> np.ndarray | np.generic:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -14,7 +15,7 @@ from torchmetrics import MeanMetric
 from rl_lightning._checks import check_int, check_seed
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
-from rl_lightning.envs.gym_adapter import encode_observations
+from rl_lightning.envs.gym_adapter import NO_TIME_LIMIT_EVAL_STEPS, encode_observations
 from rl_lightning.protocols import RLModuleProtocol, require
 
 
@@ -43,7 +44,7 @@ def evaluate_policy(
     num_episodes: int = 32,
     seed: int = 0,
     device: torch.device | str = "cpu",
-    max_episode_steps: int = 100_000,
+    max_episode_steps: int | None = None,
 ) -> EvalResult:
     """Run ``num_episodes`` complete episodes with a greedy policy and return their returns.
 
@@ -55,16 +56,24 @@ def evaluate_policy(
             copy), or a gymnasium ``Env`` instance (``num_episodes`` episodes one after another).
         num_episodes: episodes to run (with an env id or a gymnasium env).
         seed: the evaluation envs' seed (the same seed gives the same start states).
-        max_episode_steps: safety cap for envs without a time limit.
+        max_episode_steps: the cap on an episode's length; None: the env's time limit, or
+            ``NO_TIME_LIMIT_EVAL_STEPS`` (1,000) for an env without one (a warning says when
+            episodes were cut there: their returns are partial).
 
     Returns:
         float32 ``(num_episodes,)`` returns and lengths of each episode; ``.mean`` and ``.std`` of
         the returns as floats.
     """
-    check_int("max_episode_steps", max_episode_steps, 1)
+    if max_episode_steps is not None:
+        check_int("max_episode_steps", max_episode_steps, 1)
     act = _greedy(policy)
     if isinstance(env, gym.Env):
-        return _evaluate_gymnasium(act, env, check_int("num_episodes", num_episodes, 1), seed, max_episode_steps)
+        if max_episode_steps is None:  # one past the env's own limit: it ends the episode first
+            spec_limit = env.spec.max_episode_steps if env.spec is not None else None
+            max_episode_steps = spec_limit + 1 if spec_limit else NO_TIME_LIMIT_EVAL_STEPS
+        result, cut = _evaluate_gymnasium(act, env, check_int("num_episodes", num_episodes, 1), seed, max_episode_steps)
+        _warn_if_cut(cut, max_episode_steps)
+        return result
     if isinstance(env, VectorEnv):
         envs = env
         obs, _ = envs.reset(seed=seed)
@@ -73,6 +82,9 @@ def evaluate_policy(
         obs, _ = envs.reset()
     else:
         raise TypeError(f"env must be an env id, a VectorEnv or a gymnasium Env, got {type(env).__name__}")
+    if max_episode_steps is None:
+        limit = getattr(envs, "max_episode_steps", None)
+        max_episode_steps = limit + 1 if isinstance(limit, int) and limit > 0 else NO_TIME_LIMIT_EVAL_STEPS
     num_episodes = envs.num_envs
     returns = torch.zeros(num_episodes, device=envs.device)
     lengths = torch.zeros(num_episodes, device=envs.device)
@@ -86,7 +98,19 @@ def evaluate_policy(
         running &= ~(terminated | truncated)
         if not running.any():
             break
+    _warn_if_cut(int(running.sum()), max_episode_steps)
     return EvalResult(returns, lengths)
+
+
+def _warn_if_cut(cut: int, max_episode_steps: int) -> None:
+    """Say so when evaluation episodes were still running at the cap (never silently partial returns)."""
+    if cut:
+        warnings.warn(
+            f"evaluation episodes were cut at max_episode_steps={max_episode_steps} before they ended: their "
+            "returns are partial (pass max_episode_steps=N to evaluate_policy / Evaluation, or "
+            "--eval_max_episode_steps N to the scripts)",
+            stacklevel=2,
+        )
 
 
 def _greedy(policy: Any) -> Callable[..., Tensor]:
@@ -103,9 +127,10 @@ def _greedy(policy: Any) -> Callable[..., Tensor]:
 
 def _evaluate_gymnasium(
     act: Callable, env: gym.Env, num_episodes: int, seed: int, max_episode_steps: int
-) -> EvalResult:
-    """Episodes one after another on a single gymnasium env (seeded once, then continuing its RNG)."""
-    returns, lengths = torch.zeros(num_episodes), torch.zeros(num_episodes)
+) -> tuple[EvalResult, int]:
+    """Episodes one after another on a single gymnasium env (seeded once, then continuing its RNG);
+    also how many were cut at ``max_episode_steps``."""
+    returns, lengths, cut = torch.zeros(num_episodes), torch.zeros(num_episodes), 0
     for episode in range(num_episodes):
         obs, _ = env.reset(seed=seed if episode == 0 else None)
         for step in range(max_episode_steps):
@@ -119,7 +144,9 @@ def _evaluate_gymnasium(
             lengths[episode] += 1
             if terminated or truncated:
                 break
-    return EvalResult(returns, lengths)
+        else:
+            cut += 1
+    return EvalResult(returns, lengths), cut
 
 
 class Evaluation(L.Callback):
@@ -138,7 +165,8 @@ class Evaluation(L.Callback):
         every_n_env_steps: evaluation period in env steps.
         num_eval_episodes: episodes per evaluation (per process).
         seed: evaluation envs' seed (rank r: seed + r * num_eval_episodes).
-        max_episode_steps: cap on an episode's length.
+        max_episode_steps: cap on an episode's length (None: the env's time limit, or 1,000 steps
+            for an env without one; see :func:`evaluate_policy`).
     """
 
     def __init__(
@@ -146,12 +174,14 @@ class Evaluation(L.Callback):
         every_n_env_steps: int = 50_000,
         num_eval_episodes: int = 32,
         seed: int = 10_000,
-        max_episode_steps: int = 100_000,
+        max_episode_steps: int | None = None,
     ):
         self.every_n_env_steps = check_int("every_n_env_steps", every_n_env_steps, 1)
         self.num_eval_episodes = check_int("num_eval_episodes", num_eval_episodes, 1)
         self.seed = check_seed("seed", seed)
-        self.max_episode_steps = check_int("max_episode_steps", max_episode_steps, 1)
+        self.max_episode_steps = (
+            None if max_episode_steps is None else check_int("max_episode_steps", max_episode_steps, 1)
+        )
         self._mean_return = MeanMetric()
         self._mean_square_return = MeanMetric()
         self._mean_length = MeanMetric()

@@ -15,6 +15,7 @@ import time
 from typing import Any, NamedTuple
 
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 
 from rl_lightning._checks import check_float, check_int
@@ -220,10 +221,14 @@ class ActorCriticSource(EnvSource):
 
     def collect(self) -> ActorCriticRolloutTensors:
         """Step every env ``num_steps`` times with actions sampled from the current policy."""
-        self.check_stop()
+        snapshot = self.rollout_snapshot()
         start = time.perf_counter()
         self.env_steps_before_batch = self.env_steps
-        steps, starts, last_obs, last_value = self._play()
+        try:
+            steps, starts, last_obs, last_value = self._play()
+        except SIGTERMException:  # heard in the middle of the rollout: back to its start
+            self.restore_snapshot(snapshot)
+            raise
         self.count(self.num_steps)
         self.num_rollouts += 1
         # Stacked outside inference mode: ordinary tensors the loss can feed through autograd.
@@ -271,16 +276,20 @@ class ActorCriticSource(EnvSource):
         steps: list[tuple[Tensor, ...]] = []
         was_training = model.training
         model.eval()
-        for _ in range(self.num_steps):
-            obs = raw_obs if normalize is None else normalize(raw_obs)
-            actions, logprobs, values = model.sample(obs, generator)
-            next_obs, rewards, terminated, truncated, info = step(actions)
-            steps.append((raw_obs, obs, actions, logprobs, values, rewards, terminated, info["final_observation"]))
-            starts.append(terminated | truncated)
-            raw_obs = next_obs
-        last_obs = raw_obs if normalize is None else normalize(raw_obs)
-        last_value = model.value(last_obs)
-        model.train(was_training)
+        try:
+            for t in range(self.num_steps):
+                obs = raw_obs if normalize is None else normalize(raw_obs)
+                actions, logprobs, values = model.sample(obs, generator)
+                next_obs, rewards, terminated, truncated, info = step(actions)
+                steps.append((raw_obs, obs, actions, logprobs, values, rewards, terminated, info["final_observation"]))
+                starts.append(terminated | truncated)
+                raw_obs = next_obs
+                if self.stop_requested_in_rollout(t):
+                    raise SIGTERMException()
+            last_obs = raw_obs if normalize is None else normalize(raw_obs)
+            last_value = model.value(last_obs)
+        finally:
+            model.train(was_training)
         self._obs, self._starts = raw_obs, starts[-1]
         return steps, starts, last_obs, last_value
 
@@ -342,17 +351,21 @@ class RecurrentActorCriticSource(ActorCriticSource):
         steps: list[tuple[Tensor, ...]] = []
         was_training = model.training
         model.eval()
-        for _ in range(self.num_steps):
-            obs = raw_obs if normalize is None else normalize(raw_obs)
-            actions, logprobs, values, state = model.sample(obs, state, starts[-1], generator)
-            next_obs, rewards, terminated, truncated, info = step(actions)
-            steps.append((raw_obs, obs, actions, logprobs, values, rewards, terminated, info["final_observation"]))
-            starts.append(terminated | truncated)
-            states.append(state)
-            raw_obs = next_obs
-        last_obs = raw_obs if normalize is None else normalize(raw_obs)
-        last_value = model.value(last_obs, state, starts[-1])
-        model.train(was_training)
+        try:
+            for t in range(self.num_steps):
+                obs = raw_obs if normalize is None else normalize(raw_obs)
+                actions, logprobs, values, state = model.sample(obs, state, starts[-1], generator)
+                next_obs, rewards, terminated, truncated, info = step(actions)
+                steps.append((raw_obs, obs, actions, logprobs, values, rewards, terminated, info["final_observation"]))
+                starts.append(terminated | truncated)
+                states.append(state)
+                raw_obs = next_obs
+                if self.stop_requested_in_rollout(t):
+                    raise SIGTERMException()
+            last_obs = raw_obs if normalize is None else normalize(raw_obs)
+            last_value = model.value(last_obs, state, starts[-1])
+        finally:
+            model.train(was_training)
         self._obs, self._starts, self.state = raw_obs, starts[-1], state
         self._step_states = states
         return steps, starts, last_obs, last_value

@@ -7,6 +7,7 @@ import time
 from typing import Any, NamedTuple
 
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor, nn
 
 from rl_lightning._checks import check_bool, check_int
@@ -225,10 +226,14 @@ class RolloutSource(EnvSource):
 
     def collect(self) -> RolloutTensors:
         """Step every env ``num_steps`` times with actions sampled from the current policy."""
-        self.check_stop()
+        snapshot = self.rollout_snapshot()
         start = time.perf_counter()
         self.env_steps_before_batch = self.env_steps
-        self._play()
+        try:
+            self._play()
+        except SIGTERMException:  # heard in the middle of the rollout: back to its start
+            self.restore_snapshot(snapshot)
+            raise
         self.count(self.num_steps)
         self.num_rollouts += 1
         # Stacked outside inference mode, so the rollout is an ordinary tensor that the loss
@@ -246,11 +251,15 @@ class RolloutSource(EnvSource):
         was_training = self.policy.training
         self.policy.eval()
         sample, step, add_step, generator = self.policy.sample, self.envs.step, self.rollout.add_step, self.generator
-        for _ in range(self.num_steps):
-            actions, logprobs = sample(obs, generator)
-            next_obs, rewards, terminated, truncated, _ = step(actions)
-            # An episode boundary is either flag: the env auto-reset on both.
-            add_step(obs, actions, logprobs, rewards, terminated | truncated)
-            obs = next_obs
-        self.policy.train(was_training)
+        try:
+            for t in range(self.num_steps):
+                actions, logprobs = sample(obs, generator)
+                next_obs, rewards, terminated, truncated, _ = step(actions)
+                # An episode boundary is either flag: the env auto-reset on both.
+                add_step(obs, actions, logprobs, rewards, terminated | truncated)
+                obs = next_obs
+                if self.stop_requested_in_rollout(t):
+                    raise SIGTERMException()
+        finally:
+            self.policy.train(was_training)
         self._obs = obs

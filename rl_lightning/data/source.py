@@ -15,6 +15,9 @@ from rl_lightning._checks import check_int, check_seed
 from rl_lightning.data.episodes import EpisodeTracker
 from rl_lightning.envs.base import VectorEnv
 
+#: Vector steps between two checks of the stop flag inside a rollout.
+STOP_CHECK_EVERY = 64
+
 
 class EnvSource(IterableDataset):
     """Base of the data sources (``RolloutSource``, ``ActorCriticSource``, ``ReplaySource``): a torch
@@ -69,6 +72,23 @@ class EnvSource(IterableDataset):
         then ends the run as it does between batches."""
         if self.should_stop():
             raise SIGTERMException()
+
+    def rollout_snapshot(self) -> dict[str, Any] | None:
+        """Check for a stop request, then take the state a rollout starts from (None where the envs
+        cannot restore theirs): a stop heard in the middle of the rollout returns to it with
+        :meth:`restore_snapshot`, so the checkpoint resumes exactly, replaying that rollout."""
+        self.check_stop()
+        return self.state_dict() if self.envs.restorable else None
+
+    def stop_requested_in_rollout(self, step: int) -> bool:
+        """Whether to stop at vector step ``step`` of a rollout (checked every
+        ``STOP_CHECK_EVERY`` steps: a long rollout stops within a fraction of a second)."""
+        return step % STOP_CHECK_EVERY == STOP_CHECK_EVERY - 1 and self.should_stop()
+
+    def restore_snapshot(self, snapshot: dict[str, Any] | None) -> None:
+        """Go back to a :meth:`rollout_snapshot` (a stop in the middle of a rollout)."""
+        if snapshot is not None:
+            self.load_state_dict(snapshot)
 
     def reset_envs(self) -> Tensor:
         """Reset every env (their unfinished episodes are not counted) and return the first obs."""

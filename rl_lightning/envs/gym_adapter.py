@@ -34,6 +34,28 @@ CARTPOLE_PIXELS_ID = "rl_lightning/CartPolePixels-v1"
 _NAMESPACE_PACKAGES = {"ALE": ("ale_py", "rl_lightning[atari]")}
 
 
+#: Evaluation's cap on an episode of an env without a time limit (``evaluate_policy(max_episode_steps=None)``).
+NO_TIME_LIMIT_EVAL_STEPS = 1_000
+_WARNED_NO_TIME_LIMIT: set[str] = set()
+
+
+def time_limit(spec: EnvSpec, env_kwargs: dict[str, Any]) -> int | None:
+    """The time limit, in steps, of the env ``gymnasium.make(spec.id, **env_kwargs)`` builds: its
+    ``max_episode_steps`` (given or the spec's), an Atari env's ``max_num_frames_per_episode`` over its
+    frame skip; None if it has none."""
+    limit = env_kwargs.get("max_episode_steps", spec.max_episode_steps)
+    if limit is not None:
+        return int(limit)
+    kwargs = {**(spec.kwargs or {}), **env_kwargs}
+    frames = kwargs.get("max_num_frames_per_episode")
+    if frames is None and spec.id.startswith("ALE/"):
+        frames = 108_000  # ale_py's default
+    if frames is not None and int(frames) > 0:
+        skip = kwargs.get("frameskip", 4)
+        return max(1, int(frames) // (skip if isinstance(skip, int) and skip > 0 else 1))
+    return None
+
+
 def gymnasium_spec(env_id: str) -> EnvSpec:
     """gymnasium's spec of ``env_id``, importing the package of a known namespace first
     (``ALE/...``: ``ale_py``).
@@ -157,6 +179,17 @@ class GymnasiumVectorEnv(VectorEnv):
 
         self.env_id = env_id
         self.vectorization_mode = vectorization_mode
+        #: The episodes' time limit in steps (None: the env has none, an episode may never end).
+        self.max_episode_steps = time_limit(spec, env_kwargs)
+        if self.max_episode_steps is None and env_id not in _WARNED_NO_TIME_LIMIT:
+            _WARNED_NO_TIME_LIMIT.add(env_id)  # once per process, not per env instance
+            warnings.warn(
+                f"{env_id} has no time limit (its gymnasium spec has no max_episode_steps): an episode may never "
+                f"end; set one with env_kwargs={{'max_episode_steps': N}} (make_envs({env_id!r}, ..., "
+                f"max_episode_steps=N)). Evaluation cuts its episodes at {NO_TIME_LIMIT_EVAL_STEPS:,} steps "
+                f"(evaluate_policy / Evaluation max_episode_steps, the scripts' --eval_max_episode_steps)",
+                stacklevel=2,
+            )
         #: gymnasium's vector env doing the work.
         self.gymnasium_envs = gym.make_vec(
             env_id,

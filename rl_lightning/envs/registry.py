@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from rl_lightning._checks import check_choice, check_float, check_str
+from rl_lightning._checks import check_choice, check_device, check_float, check_str
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv, gymnasium_spec
 
@@ -95,11 +95,13 @@ def make_envs(
             the env's own keyword arguments (see :class:`GymnasiumVectorEnv`).
 
     Raises:
-        ValueError: for an id that is neither native nor gymnasium's, or a bad ``backend``.
+        ValueError: for an id that is neither native nor gymnasium's, a bad ``backend``, or a
+            ``device`` that is misspelt or not on this machine (``"cuda"`` without CUDA).
         TypeError: for ``gym_kwargs`` with a native env.
     """
     check_str("env_id", env_id)
     check_choice("backend", backend, BACKENDS)
+    device = check_device("device", device)
     if backend != "gymnasium" and env_id in _REGISTRY:
         if gym_kwargs:
             raise TypeError(

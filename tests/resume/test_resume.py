@@ -257,3 +257,56 @@ def test_ctrl_c_mid_fit_exits_130_and_resumes_exactly(tmp_path, script):
     resumed = torch.load(paths[-1], weights_only=False)
     assert resumed["rl_lightning"]["env_steps"] == straight_steps
     _assert_same_weights(resumed["state_dict"], straight_state)
+
+
+@pytest.mark.parametrize("kind", ["vpg", "ppo", "ppo_lstm"])
+def test_a_stop_in_the_middle_of_a_long_rollout_comes_at_once_and_resumes_exactly(tmp_path, monkeypatch, kind):
+    """The stop flag is checked every 64 vector steps inside a rollout, not only between rollouts
+    (a SIGTERM during 4 envs x 30,000 steps waited for the whole rollout and an update): the source
+    goes back to the rollout's start, the checkpoint holds that, and the resumed run replays the
+    rollout and ends with the weights of a run never stopped."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from rl_lightning import PPOModule
+    from rl_lightning.callbacks import CheckpointOnStop
+
+    def module():
+        if kind == "vpg":
+            return VPGModule(num_envs=4, num_steps_per_rollout=512, seed=3)
+        recurrent = "lstm" if kind == "ppo_lstm" else None
+        return PPOModule(
+            num_envs=4, num_steps_per_rollout=512, num_minibatches=2, update_epochs=1, recurrent=recurrent, seed=3
+        )
+
+    updates_per_rollout = 1 if kind == "vpg" else 2
+
+    def fit(root, ckpt_path=None):
+        trainer = L.Trainer(
+            max_steps=3 * updates_per_rollout,
+            default_root_dir=root,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", filename="last"), CheckpointOnStop()],
+        )
+        fitted = module()
+        trainer.fit(fitted, ckpt_path=ckpt_path)
+        return fitted, trainer
+
+    straight, _ = fit(tmp_path / "straight")
+    calls = []
+
+    def stop_in_the_second_rollout(self):
+        calls.append(True)
+        return len(calls) > 1 + 8 + 3  # rollout 1: its start + 8 checks (512 / 64); rollout 2: its start + 2
+
+    monkeypatch.setattr(type(straight), "_received_sigterm", stop_in_the_second_rollout)
+    with pytest.raises(SIGTERMException):
+        fit(tmp_path / "split")
+    monkeypatch.undo()
+    saved = torch.load(tmp_path / "split" / "checkpoints" / "last.ckpt", weights_only=True)
+    # Stopped at vector step 192 of rollout 2; saved as the state before it: one rollout, its updates.
+    assert saved["rl_lightning"]["env_steps"] == 4 * 512 and saved["global_step"] == updates_per_rollout
+    resumed, _ = fit(tmp_path / "split", ckpt_path="last")
+    assert resumed.env_steps == straight.env_steps == 3 * 4 * 512
+    _assert_same_weights(resumed.state_dict(), straight.state_dict())
