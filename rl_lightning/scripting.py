@@ -5,6 +5,7 @@ adds Lightning's Trainer flags and the evaluation / video / stopping options."""
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -411,17 +412,22 @@ _LIGHTNING_CHATTER = (
     "Restoring states from the checkpoint path",
     "Restored all states from the checkpoint",
     "Loaded model weights from the checkpoint",
+    "`weights_only` was not set",
+    "Received SIGTERM:",  # the "stopped by SIGTERM" line says it
 )
 _LIGHTNING_LOGGERS = (
     "lightning.pytorch.utilities.rank_zero",
     "lightning.fabric.utilities.rank_zero",
     "lightning_utilities.core.rank_zero",
+    "lightning.pytorch.trainer.connectors.signal_connector",
+    "lightning.pytorch.trainer.connectors.checkpoint_connector",
 )
 
 
 class _DropChatter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.getMessage()).startswith(_LIGHTNING_CHATTER)
+        message = re.sub(r"^\[rank: \d+\] ", "", str(record.getMessage()))  # Lightning's rank prefix
+        return not message.startswith(_LIGHTNING_CHATTER)
 
 
 @contextmanager
@@ -507,5 +513,7 @@ def run_script(main: Any) -> None:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
     finally:
+        # After a stop request the process is on its way out: a signal while it shuts down (a second
+        # SIGTERM from a scheduler) is ignored, not the default handler that kills it (exit -15).
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, handler if requests.first is None else signal.SIG_IGN)

@@ -410,3 +410,52 @@ def test_the_sweep_refuses_zero_trials_and_exits_143_on_sigterm(tmp_path):
     _, err = process.communicate(timeout=120)
     assert process.returncode == 143, err[-2000:]
     assert "stopped by SIGTERM after" in err and "lost (no --storage)" in err
+
+
+# -- signals ------------------------------------------------------------------------------------------
+
+
+def _start_script(tmp_path: Path, *args: str) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "scripts" / "train_ppo.py"), *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal or a scheduler gives it
+    )
+    line = process.stdout.readline()  # the start line: training has started
+    assert " on Acrobot-v1, " in line, line + process.stderr.read()
+    return process
+
+
+ASYNC = ["--env_id", "Acrobot-v1", "--env_backend", "gymnasium", "--env_kwargs", '{"vectorization_mode": "async"}']
+LONG = ["--num_envs", "4", "--max_steps", "100000", "--no_video", "--no_stop_when_solved"]
+
+
+def test_async_gymnasium_envs_shut_down_without_a_word_at_the_end_and_at_a_sigterm_to_the_group(tmp_path):
+    """gymnasium's async workers printed a traceback each at a normal exit and "Received SIGTERM"
+    (a handler inherited from the fit) at a SIGTERM; now they ignore the group's signals, the main
+    process stops at its safe point and closes them."""
+    process = _start_script(tmp_path, *ASYNC, "--num_envs", "4", "--max_steps", "8", "--no_video")
+    _, err = process.communicate(timeout=240)
+    assert process.returncode == 0 and "Traceback" not in err, err[-3000:]
+    for signum, code, name in [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")]:
+        process = _start_script(tmp_path, *ASYNC, *LONG)
+        time.sleep(2)
+        os.killpg(process.pid, signum)  # every process of the group: the script and its workers
+        _, err = process.communicate(timeout=240)
+        assert process.returncode == code, err[-3000:]
+        assert err.strip().splitlines() == [f"stopped by {name}: resume with --ckpt_path last"], err[-3000:]
+
+
+def test_a_second_sigterm_during_the_stop_does_not_kill_the_run(tmp_path):
+    process = _start_script(tmp_path, "--env_id", "Acrobot-v1", *LONG)
+    time.sleep(2)
+    process.send_signal(signal.SIGTERM)
+    time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)  # 50 ms later, while it stops and checkpoints
+    _, err = process.communicate(timeout=240)
+    assert process.returncode == 143, err[-3000:]
+    [last] = tmp_path.glob("lightning_logs/PPO-Acrobot-v1/version_0/checkpoints/last.ckpt")
+    assert load_checkpoint_file(last)["rl_lightning"]["env_steps"] > 0

@@ -106,6 +106,23 @@ def _unsupported(env_id: str, which: str, space: gym.Space, allowed: str) -> Val
     )
 
 
+def _quiet_async_worker(*args: Any) -> None:
+    """gymnasium's async worker, quiet. It ignores SIGINT and SIGTERM: Ctrl-C (and a scheduler's
+    SIGTERM) reach the whole process group, and the main process stops at its next safe point and
+    closes its workers; a worker that died first would break the step under way (and one forked
+    during a Lightning fit would otherwise run the SIGTERM handler it inherited, printing "Received
+    SIGTERM" and staying alive). It ends, without a traceback, when told to close or when the main
+    process has closed its pipe (gymnasium's forced close, or the main process gone)."""
+    import signal
+
+    from gymnasium.vector.async_vector_env import _async_worker
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(EOFError, BrokenPipeError, ConnectionResetError):
+        _async_worker(*args)
+
+
 def _close_quietly(reference: weakref.ref) -> None:
     envs = reference()
     if envs is not None:
@@ -196,7 +213,11 @@ class GymnasiumVectorEnv(VectorEnv):
             num_envs=num_envs,
             vectorization_mode=vectorization_mode,
             # copy=False: every array is converted (copied) into a fresh tensor anyway.
-            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP, "copy": False},
+            vector_kwargs={
+                "autoreset_mode": gym.vector.AutoresetMode.SAME_STEP,
+                "copy": False,
+                **({"worker": _quiet_async_worker} if vectorization_mode == "async" else {}),
+            },
             **env_kwargs,
         )
         try:
@@ -356,6 +377,13 @@ class GymnasiumVectorEnv(VectorEnv):
         """Close gymnasium's vector env (and its subprocesses in ``"async"`` mode)."""
         if not self.gymnasium_envs.closed:
             self.gymnasium_envs.close()
+
+    def __del__(self) -> None:
+        # An instance dropped without close() (an evaluation's envs): its workers are told to close,
+        # rather than terminated by gymnasium's own __del__ while they wait on their pipes.
+        with contextlib.suppress(Exception):
+            if not self.gymnasium_envs.closed:
+                self.gymnasium_envs.close()
 
     def state_dict(self) -> dict[str, Any]:
         """What can be saved: env id, ``num_envs``, the private generator; ``"restorable": False``
