@@ -4,6 +4,7 @@ adds Lightning's Trainer flags and the evaluation / video / stopping options."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sys
@@ -471,9 +472,45 @@ class _StopRequests:
         if fitting and signum == signal.SIGINT:
             os.kill(os.getpid(), signal.SIGTERM)  # Lightning's graceful stop, at its next safe point
         elif not fitting:
+            # Before (or after) a fit, e.g. while DDP starts: the ranks this process launched stop too,
+            # rather than fail to reach it.
+            for pid in ddp_children():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signum)
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
             raise SIGTERMException()
+
+
+def ddp_children() -> list[int]:
+    """The DDP ranks this process launched (Lightning's script launcher: child processes with
+    ``LOCAL_RANK`` in their environment); empty where ``/proc`` cannot tell (not Linux)."""
+    import os
+
+    me, children = os.getpid(), []
+    with contextlib.suppress(OSError, ValueError):
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = stat.read_text().rpartition(")")[2].split()
+                if int(fields[1]) == me and b"LOCAL_RANK=" in (stat.parent / "environ").read_bytes():
+                    children.append(int(stat.parent.name))
+    return children
+
+
+def _wait_for_ddp_children(timeout: float = 30.0) -> None:
+    """After a stop, give the ranks this process launched ``timeout`` seconds to write and exit,
+    then kill them: a stopped run leaves no process behind."""
+    import os
+    import signal
+    import time
+
+    deadline = time.monotonic() + timeout
+    while (children := ddp_children()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in children:
+        print(f"rank process {pid} did not stop within {timeout:.0f} s after the stop request: killed", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def run_script(main: Any) -> None:
@@ -494,6 +531,7 @@ def run_script(main: Any) -> None:
 
     def stopped(code: int) -> None:
         name = "Ctrl-C" if requests.first == signal.SIGINT else "SIGTERM"
+        _wait_for_ddp_children()
         print(f"stopped by {name}: resume with --ckpt_path last", file=sys.stderr)
         sys.exit(code)
 

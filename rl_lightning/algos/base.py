@@ -132,6 +132,8 @@ class RLModule(L.LightningModule):
         #: The data source, built in ``train_dataloader``.
         self.source: EnvSource | None = None
         self._start_env_steps = 0  # env steps before the source exists (from a checkpoint)
+        # A stop request under DDP: noted by the signal handler, agreed on by all ranks (_received_sigterm).
+        self._collective_stop, self._stop_pending = False, False
         self._restored_sources: list[dict[str, Any] | None] | None = None
         self._last_log: tuple[float, int] | None = None  # (time, env_steps) for SPS
         self._epoch_metrics: dict[str, tuple[Tensor | float, int]] = {}  # per-epoch algorithms
@@ -248,7 +250,55 @@ class RLModule(L.LightningModule):
         return source
 
     def _received_sigterm(self) -> bool:
-        return self._trainer is not None and self.trainer.received_sigterm
+        """Whether the run was asked to stop. Under DDP every rank calls this at the same points (the
+        sources' checks, each batch's start), and the answer is agreed by an all-reduce: every rank
+        then stops at the same step, and none waits in a collective the others have left."""
+        if self._trainer is None:
+            return False
+        if not self._collective_stop:
+            return self.trainer.received_sigterm
+        flag = torch.tensor(
+            [int(self._stop_pending or self.trainer.received_sigterm)], device=self.trainer.strategy.root_device
+        )
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        if flag.item():
+            self.trainer._signal_connector.received_sigterm = True  # Lightning's own checks agree too
+        return bool(flag.item())
+
+    def _install_collective_stop(self) -> None:
+        """Under DDP, replace Lightning's SIGTERM handler, which broadcasts from inside the signal
+        handler: a rank interrupted while the others are in a backward pass waits forever (4 of 11
+        SIGTERMs to ``train_ppo.py --devices 2 --strategy ddp`` hung). The handler here only notes
+        the request (and, on the launching rank, forwards the signal to the others, as Lightning's
+        does); :meth:`_received_sigterm` turns it into a stop every rank agrees on."""
+        import signal
+        import threading
+
+        self._collective_stop, self._stop_pending = False, False
+        connector = getattr(self.trainer, "_signal_connector", None)
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if not distributed or self.world_size <= 1 or connector is None:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            return
+        original = getattr(connector, "_original_handlers", {}).get(signal.SIGTERM)
+        forwarded = []
+
+        def note_sigterm(signum: int, frame: Any) -> None:
+            self._stop_pending = True
+            launcher = self.trainer.strategy.launcher
+            if not forwarded and launcher is not None and callable(getattr(launcher, "kill", None)):
+                forwarded.append(True)
+                launcher.kill(signum)
+            if callable(original):  # the script's own handler (run_script's)
+                original(signum, frame)
+
+        signal.signal(signal.SIGTERM, note_sigterm)  # Lightning's teardown restores the original
+        self._collective_stop = True
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self._collective_stop:
+            self._received_sigterm()  # every rank, every step: a request heard anywhere stops all at this step
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -558,6 +608,7 @@ class RLModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         self._last_log = (time.perf_counter(), self.env_steps)
+        self._install_collective_stop()
 
     def teardown(self, stage: str) -> None:
         self._remove_warning_filters()

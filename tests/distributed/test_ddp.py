@@ -1,5 +1,6 @@
 """DDP on CPU: two gloo processes train, log once, finish, and end with identical weights."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,76 @@ def test_the_training_script_under_ddp_prints_its_start_line_and_report_once_and
     assert "2,400 env steps, 3 updates" in result.stdout  # 3 rollouts x 8 envs x 50 steps x 2 ranks
     assert "sync_dist" not in result.stderr
     assert (tmp_path / "lightning_logs" / "VPG-CartPole-v1" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_sigterm_to_a_ddp_script_stops_every_rank_at_one_step_and_resumes_exactly(tmp_path):
+    """SIGTERM to the launching rank mid-fit: Lightning's handler broadcast from inside the signal
+    handler and hung 4 of 11 tries; now both ranks agree on the step to stop at (an all-reduce at each
+    batch's start and in the env loops), write one checkpoint, exit 143, and `--ckpt_path last`
+    ends with the weights of a run never stopped."""
+    import signal
+    import time
+
+    script = HERE.parents[1] / "scripts" / "train_ppo.py"
+    args = [
+        "--devices",
+        "2",
+        "--strategy",
+        "ddp",
+        "--max_steps",
+        "400",
+        "--num_envs",
+        "4",
+        "--num_steps_per_rollout",
+        "64",
+    ]
+    args += ["--no_video", "--no_stop_when_solved", "--eval_every_n_env_steps", "1000000", "--env_id", "Acrobot-v1"]
+
+    def run(directory: Path, *extra: str, stop_after: float | None = None) -> tuple[int, str]:
+        directory.mkdir(exist_ok=True)
+        process = subprocess.Popen(
+            [sys.executable, str(script), *args, *extra],
+            cwd=directory,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if stop_after is not None:
+            line = process.stdout.readline()  # the start line: both ranks are set up
+            assert line.startswith("PPOModule on Acrobot-v1"), line + process.stderr.read()
+            time.sleep(stop_after)
+            process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=240)
+        return process.returncode, err
+
+    def last(directory: Path) -> dict:
+        paths = sorted(directory.glob("lightning_logs/PPO-Acrobot-v1/version_*/checkpoints/last.ckpt"))
+        return torch.load(paths[-1], weights_only=True)
+
+    code, err = run(tmp_path / "straight")
+    assert code == 0, err[-3000:]
+    code, err = run(tmp_path / "split", stop_after=3.0)
+    assert code == 143, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert _processes_in(tmp_path / "split") == []  # no rank left running
+    stopped = last(tmp_path / "split")
+    straight = last(tmp_path / "straight")
+    assert 0 < stopped["global_step"] < straight["global_step"] == 400
+    code, err = run(tmp_path / "split", "--ckpt_path", "last")
+    assert code == 0, err[-3000:]
+    resumed = last(tmp_path / "split")
+    assert resumed["rl_lightning"]["env_steps"] == straight["rl_lightning"]["env_steps"]
+    for name, tensor in straight["state_dict"].items():
+        assert torch.equal(resumed["state_dict"][name], tensor), name
+
+
+def _processes_in(directory: Path) -> list[int]:
+    """The processes whose working directory is ``directory`` (the script and the ranks it launched)."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if Path(os.readlink(proc / "cwd")) == directory:
+                pids.append(int(proc.name))
+        except (OSError, ValueError):
+            continue
+    return pids
