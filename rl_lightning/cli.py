@@ -24,6 +24,7 @@ from typing import Any
 import lightning as L
 import torch
 from jsonargparse.typing import PositiveInt
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 from rl_lightning.algos import ALGORITHMS
@@ -184,6 +185,9 @@ class RLLightningCLI(LightningCLI):
             while cause.__cause__ is not None:
                 cause = cause.__cause__
             self._parser(self.subcommand).error(str(cause), error)
+        except (MisconfigurationException, TypeError, ImportError) as error:
+            # The Trainer refuses its flags (--trainer.devices 0, --trainer.accelerator gpu without one).
+            self._parser(self.subcommand).error(f"the --trainer flags are not usable here: {error}", error)
         if self.subcommand != "fit":
             return
         config = self.config[self.subcommand]

@@ -459,3 +459,15 @@ def test_a_second_sigterm_during_the_stop_does_not_kill_the_run(tmp_path):
     assert process.returncode == 143, err[-3000:]
     [last] = tmp_path.glob("lightning_logs/PPO-Acrobot-v1/version_0/checkpoints/last.ckpt")
     assert load_checkpoint_file(last)["rl_lightning"]["env_steps"] > 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--trainer.devices", "0"], "devices='0'"), (["--trainer.accelerator", "gpu"], "gpu backend")],
+)
+def test_cli_trainer_flags_lightning_refuses_exit_2(flags, message, capsys):
+    pytest.importorskip("torch")
+    if "gpu" in flags and torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    err = _cli_error(["fit", "--model", "PPOModule", *flags], capsys)
+    assert "the --trainer flags are not usable here" in err and message in err
