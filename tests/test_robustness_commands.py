@@ -466,7 +466,6 @@ def test_a_second_sigterm_during_the_stop_does_not_kill_the_run(tmp_path):
     [(["--trainer.devices", "0"], "devices='0'"), (["--trainer.accelerator", "gpu"], "gpu backend")],
 )
 def test_cli_trainer_flags_lightning_refuses_exit_2(flags, message, capsys):
-    pytest.importorskip("torch")
     if "gpu" in flags and torch.cuda.is_available():
         pytest.skip("a GPU is here")
     err = _cli_error(["fit", "--model", "PPOModule", *flags], capsys)

@@ -160,13 +160,27 @@ def test_loading_a_checkpoint_of_another_env_or_shape_raises(tmp_path):
         _fit(VPGModule(num_envs=4, num_steps_per_rollout=10, hidden_sizes=(32,)), tmp_path / "c", 2, ckpt_path=path)
 
 
+def _fit_stoppable(module: L.LightningModule, root: Path, max_steps: int, ckpt_path=None):
+    """Fit with a last.ckpt and CheckpointOnStop (which writes it when the run is stopped)."""
+    from rl_lightning.callbacks import CheckpointOnStop
+
+    trainer = L.Trainer(
+        max_steps=max_steps,
+        default_root_dir=root,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", filename="last"), CheckpointOnStop()],
+    )
+    trainer.fit(module, ckpt_path=ckpt_path)
+    return module, trainer
+
+
 def test_a_stop_during_the_dqn_warm_up_resumes_exactly(tmp_path, monkeypatch):
     """A SIGTERM heard inside the random warm-up (the source checks between chunks of 256 vector steps):
     CheckpointOnStop saves the half-filled buffer and the epsilon its collection started with; the resumed
     run ends with the weights and Adam state of a run never stopped."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    from rl_lightning.callbacks import CheckpointOnStop
 
     def module():
         return DQNModule(
@@ -180,17 +194,7 @@ def test_a_stop_during_the_dqn_warm_up_resumes_exactly(tmp_path, monkeypatch):
         )
 
     def fit(root, ckpt_path=None):
-        trainer = L.Trainer(
-            max_steps=20,
-            default_root_dir=root,
-            logger=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", filename="last"), CheckpointOnStop()],
-        )
-        fitted = module()
-        trainer.fit(fitted, ckpt_path=ckpt_path)
-        return fitted, trainer
+        return _fit_stoppable(module(), root, 20, ckpt_path)
 
     straight, straight_trainer = fit(tmp_path / "straight")
     checks = iter([False, False, False])  # the batch's own check, then two warm-up chunks: stop at the third
@@ -268,7 +272,6 @@ def test_a_stop_in_the_middle_of_a_long_rollout_comes_at_once_and_resumes_exactl
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from rl_lightning import PPOModule
-    from rl_lightning.callbacks import CheckpointOnStop
 
     def module():
         if kind == "vpg":
@@ -281,17 +284,7 @@ def test_a_stop_in_the_middle_of_a_long_rollout_comes_at_once_and_resumes_exactl
     updates_per_rollout = 1 if kind == "vpg" else 2
 
     def fit(root, ckpt_path=None):
-        trainer = L.Trainer(
-            max_steps=3 * updates_per_rollout,
-            default_root_dir=root,
-            logger=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", filename="last"), CheckpointOnStop()],
-        )
-        fitted = module()
-        trainer.fit(fitted, ckpt_path=ckpt_path)
-        return fitted, trainer
+        return _fit_stoppable(module(), root, 3 * updates_per_rollout, ckpt_path)
 
     straight, _ = fit(tmp_path / "straight")
     calls = []
