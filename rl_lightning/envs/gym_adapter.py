@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import importlib
 import warnings
 import weakref
@@ -102,8 +103,40 @@ def _is_image(space: gym.spaces.Box) -> bool:
 def _unsupported(env_id: str, which: str, space: gym.Space, allowed: str) -> ValueError:
     return ValueError(
         f"{env_id!r} has an unsupported {which} space {space!r} ({type(space).__name__}): "
-        f"GymnasiumVectorEnv supports {allowed} (wrap the env, e.g. with gymnasium.wrappers.FlattenObservation)"
+        f"GymnasiumVectorEnv supports {allowed}; wrap the env, e.g. "
+        f"env_kwargs={{'wrappers': ['gymnasium.wrappers.FlattenObservation']}} (from the command line: "
+        f'--env_kwargs \'{{"wrappers": ["gymnasium.wrappers.FlattenObservation"]}}\')'
     )
+
+
+def resolve_wrappers(wrappers: Any) -> list[Any]:
+    """``env_kwargs["wrappers"]`` as gymnasium's ``make_vec`` takes them: a list whose entries are a
+    wrapper class or callable ``env -> env``, its class path (``"gymnasium.wrappers.FlattenObservation"``,
+    what a YAML config or a command line can hold, and a checkpoint can store), or
+    ``{"class_path": ..., "init_args": {...}}`` for one with arguments."""
+    if not isinstance(wrappers, (list, tuple)):
+        raise TypeError(f"env_kwargs['wrappers'] must be a list of wrappers, got {type(wrappers).__name__}")
+    resolved = []
+    for index, wrapper in enumerate(wrappers):
+        where = f"env_kwargs['wrappers'][{index}]"
+        init_args: dict[str, Any] = {}
+        if isinstance(wrapper, dict):
+            if set(wrapper) - {"class_path", "init_args"} or "class_path" not in wrapper:
+                raise ValueError(f"{where} must be {{'class_path': ..., 'init_args': {{...}}}}, got {wrapper!r}")
+            wrapper, init_args = wrapper["class_path"], dict(wrapper.get("init_args") or {})
+        if isinstance(wrapper, str):
+            module_name, _, name = wrapper.rpartition(".")
+            try:
+                wrapper = getattr(importlib.import_module(module_name), name)
+            except (ImportError, AttributeError, ValueError) as error:
+                raise ValueError(
+                    f"{where}: cannot import {wrapper!r} (a class path such as "
+                    f"'gymnasium.wrappers.FlattenObservation'): {error}"
+                ) from None
+        if not callable(wrapper):
+            raise TypeError(f"{where} must be a wrapper class, a callable env -> env or a class path, got {wrapper!r}")
+        resolved.append(functools.partial(wrapper, **init_args) if init_args else wrapper)
+    return resolved
 
 
 def _quiet_async_worker(*args: Any) -> None:
@@ -190,6 +223,8 @@ class GymnasiumVectorEnv(VectorEnv):
             check_seed("seed", seed)
         if "render_mode" in env_kwargs:
             raise TypeError("pass render=True (for render_mode='rgb_array') instead of render_mode")
+        if "wrappers" in env_kwargs:
+            env_kwargs["wrappers"] = resolve_wrappers(env_kwargs["wrappers"])
         if render:
             _check_rgb_array(env_id, _declared_render_modes(spec))  # before building, where known
             env_kwargs["render_mode"] = "rgb_array"
