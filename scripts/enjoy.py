@@ -82,7 +82,7 @@ def play(module, episodes: int, seed: int, backend: str, video: Path | None, max
     return returns
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt_path", required=True, help="a checkpoint of an rl_lightning module")
     parser.add_argument("--env_id", default=None, help="play on this env instead of the checkpoint's")
@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="the env's seed (default: 0)")
     parser.add_argument("--max_episode_steps", type=int, default=100_000, help="cap for envs without a time limit")
     parser.add_argument("--video", type=Path, default=None, help="write an MP4 of the episodes here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error(f"--episodes must be at least 1, got {args.episodes}")
     if args.max_episode_steps < 1:

@@ -159,13 +159,8 @@ def test_bad_checkpoint_files_exit_2_naming_the_file_in_the_cli_and_the_scripts(
     assert str(path) in err and expected in err
     with pytest.raises(ValueError, match=re.escape(expected)):
         PPOModule.load_from_checkpoint(path)
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "enjoy.py"), "--ckpt_path", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 2 and expected in result.stderr
+    code, err = _enjoy_in_process(capsys, "--ckpt_path", str(path))
+    assert code == 2 and expected in err
 
 
 def test_a_script_refuses_a_checkpoint_of_another_algorithm_or_network_before_training(tmp_path, checkpoints, capsys):
@@ -288,7 +283,10 @@ def test_three_scripts_started_together_in_one_directory_get_three_version_direc
 # -- envs without a time limit ------------------------------------------------------------------------
 
 
-def test_an_env_without_a_time_limit_warns_and_evaluation_cuts_its_episodes_saying_so():
+def test_an_env_without_a_time_limit_warns_and_evaluation_cuts_its_episodes_saying_so(monkeypatch):
+    from rl_lightning.envs import gym_adapter
+
+    monkeypatch.setattr(gym_adapter, "_WARNED_NO_TIME_LIMIT", set())  # once per process: not yet in this test
     with pytest.warns(UserWarning, match="CliffWalking-v1 has no time limit"):
         envs = make_envs("CliffWalking-v1", 2, seed=0)
     assert envs.max_episode_steps is None
@@ -331,10 +329,16 @@ def _enjoy(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
-def test_enjoy_refuses_no_episodes_or_no_steps(checkpoints):
+def _enjoy_in_process(capsys, *args: str) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        enjoy.main(list(args))
+    return exit_info.value.code, capsys.readouterr().err
+
+
+def test_enjoy_refuses_no_episodes_or_no_steps(checkpoints, capsys):
     for flag, value in [("--episodes", "0"), ("--episodes", "-2"), ("--max_episode_steps", "0")]:
-        result = _enjoy("--ckpt_path", str(checkpoints["ppo"]), flag, value)
-        assert result.returncode == 2 and f"{flag} must be at least 1, got {value}" in result.stderr
+        code, err = _enjoy_in_process(capsys, "--ckpt_path", str(checkpoints["ppo"]), flag, value)
+        assert code == 2 and f"{flag} must be at least 1, got {value}" in err
 
 
 def test_enjoy_says_when_episodes_were_cut_at_max_episode_steps(checkpoints):
@@ -397,11 +401,13 @@ def test_plot_runs_creates_the_outputs_directory_and_names_a_bad_run(tmp_path, c
     assert exit_info.value.code == 2 and "no TensorBoard event files" in capsys.readouterr().err
 
 
-def test_the_sweep_refuses_zero_trials_and_exits_143_on_sigterm(tmp_path):
+def test_the_sweep_refuses_zero_trials_and_exits_143_on_sigterm(tmp_path, capsys):
     pytest.importorskip("optuna")
     example = str(ROOT / "examples" / "sweep_optuna.py")
-    result = subprocess.run([sys.executable, example, "--n_trials", "0"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and "--n_trials must be at least 1, got 0" in result.stderr
+    sweep = _load_script("sweep_optuna", ROOT / "examples" / "sweep_optuna.py")
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main(["--n_trials", "0"])
+    assert exit_info.value.code == 2 and "--n_trials must be at least 1, got 0" in capsys.readouterr().err
     process = subprocess.Popen(
         [sys.executable, example, "--n_trials", "50"], cwd=tmp_path, stderr=subprocess.PIPE, text=True
     )

@@ -220,7 +220,7 @@ def test_ctrl_c_mid_fit_exits_130_and_resumes_exactly(tmp_path, script):
 
     root = Path(__file__).resolve().parents[2]
     if script == "train_ppo.py":
-        args = ["--max_steps", "1600", "--num_envs", "8", "--num_steps_per_rollout", "16"]
+        args = ["--max_steps", "800", "--num_envs", "8", "--num_steps_per_rollout", "16"]
     else:
         args = ["--max_steps", "2000", "--learning_starts", "200", "--batch_size", "64", "--steps_per_epoch", "100"]
     args += ["--no_video", "--no_stop_when_solved", "--eval_every_n_env_steps", "1000000"]
@@ -247,11 +247,14 @@ def test_ctrl_c_mid_fit_exits_130_and_resumes_exactly(tmp_path, script):
         checkpoint = torch.load(path, weights_only=False)
         return checkpoint["state_dict"], checkpoint["rl_lightning"]["env_steps"]
 
-    code, err = run(tmp_path / "straight")
-    assert code == 0, err[-2000:]
     code, err = run(tmp_path / "split", interrupt=True)
     assert code == 130, err[-2000:]
     assert "stopped by Ctrl-C: resume with --ckpt_path last" in err
+    if script == "train_dqn.py":  # its exact resume after a stop: test_a_stop_during_the_dqn_warm_up_...
+        assert final_weights(tmp_path / "split")[1] > 0
+        return
+    code, err = run(tmp_path / "straight")
+    assert code == 0, err[-2000:]
     _, stopped_at = final_weights(tmp_path / "split")
     straight_state, straight_steps = final_weights(tmp_path / "straight")
     assert 0 < stopped_at < straight_steps  # it stopped in the middle
