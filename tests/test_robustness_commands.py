@@ -476,3 +476,13 @@ def test_cli_trainer_flags_lightning_refuses_exit_2(flags, message, capsys):
         pytest.skip("a GPU is here")
     err = _cli_error(["fit", "--model", "PPOModule", *flags], capsys)
     assert "the --trainer flags are not usable here" in err and message in err
+
+
+def test_resuming_with_another_num_envs_than_the_checkpoints_names_both(checkpoints):
+    """The flags win over a checkpoint's hyper-parameters, but a resumed run continues the checkpoint's envs:
+    another num_envs is a clear error before training, not a mismatch inside the data source."""
+    module = PPOModule(num_envs=8, num_steps_per_rollout=8)
+    trainer = L.Trainer(max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    with pytest.raises(ValueError, match=r"checkpoint ran num_envs=4 envs per process, this PPOModule has num_envs=8"):
+        trainer.fit(module, ckpt_path=checkpoints["ppo"])
+    assert PPOModule.load_from_checkpoint(checkpoints["ppo"], num_envs=8).hparams.num_envs == 8  # to play: fine

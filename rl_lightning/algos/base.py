@@ -719,6 +719,13 @@ class RLModule(L.LightningModule):
             raise ValueError(
                 f"the checkpoint was trained on env_id {env_id!r} but this {own} is built for {self.hparams.env_id!r}"
             )
+        saved_envs, own_envs = hparams.get("num_envs"), self.hparams.get("num_envs")
+        if payload.get("sources") and saved_envs is not None and saved_envs != own_envs:
+            raise ValueError(
+                f"the checkpoint ran num_envs={saved_envs} envs per process, this {own} has num_envs={own_envs}: "
+                f"a resumed run continues the checkpoint's envs, so build it with num_envs={saved_envs} "
+                f"(--num_envs {saved_envs}, --model.init_args.num_envs {saved_envs})"
+            )
         own_state = self.state_dict()
         saved_state = checkpoint.get("state_dict", {})
         for name, tensor in saved_state.items():
