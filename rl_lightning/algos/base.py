@@ -719,13 +719,6 @@ class RLModule(L.LightningModule):
             raise ValueError(
                 f"the checkpoint was trained on env_id {env_id!r} but this {own} is built for {self.hparams.env_id!r}"
             )
-        saved_envs, own_envs = hparams.get("num_envs"), self.hparams.get("num_envs")
-        if payload.get("sources") and saved_envs is not None and saved_envs != own_envs:
-            raise ValueError(
-                f"the checkpoint ran num_envs={saved_envs} envs per process, this {own} has num_envs={own_envs}: "
-                f"a resumed run continues the checkpoint's envs, so build it with num_envs={saved_envs} "
-                f"(--num_envs {saved_envs}, --model.init_args.num_envs {saved_envs})"
-            )
         own_state = self.state_dict()
         saved_state = checkpoint.get("state_dict", {})
         for name, tensor in saved_state.items():
@@ -748,6 +741,13 @@ class RLModule(L.LightningModule):
                 f"the checkpoint's network is not this module's: it was built with {_network_settings(hparams)}, "
                 f"this module with {_network_settings(self.hparams)}; only in the checkpoint: "
                 f"{shapes(only_saved, saved_state)}; only in this module: {shapes(only_own, own_state)}"
+            )
+        saved_envs, own_envs = hparams.get("num_envs"), self.hparams.get("num_envs")
+        if payload.get("sources") and saved_envs is not None and saved_envs != own_envs:
+            raise ValueError(
+                f"the checkpoint ran num_envs={saved_envs} envs per process, this {own} has num_envs={own_envs}: "
+                f"a resumed run continues the checkpoint's envs, so build it with num_envs={saved_envs} "
+                f"(--num_envs {saved_envs}, --model.init_args.num_envs {saved_envs})"
             )
 
 
