@@ -30,7 +30,7 @@ from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCL
 from rl_lightning.algos import ALGORITHMS
 from rl_lightning.callbacks import EnvStepBudget
 from rl_lightning.checkpoints import CHECKPOINT_KEY, load_checkpoint_file, resolve_ckpt_path
-from rl_lightning.scripting import StartLine, report, run_logger
+from rl_lightning.scripting import StartLine, is_launching_process, report, run_logger
 
 # The modules ``--model`` accepts, by short name (``--model DQNModule``) or class path.
 MODEL_CLASSES = ALGORITHMS
@@ -123,7 +123,7 @@ class RLLightningCLI(LightningCLI):
         except SystemExit:
             sys.stderr.write(f"the hyper-parameters of --ckpt_path {ckpt_path} do not parse for {chosen.__name__}\n")
             raise
-        if replaced and _is_rank_zero():
+        if replaced and is_launching_process():
             print(
                 f"note: the flags win over the hyper-parameters of {ckpt_path}: {', '.join(replaced)}",
                 file=sys.stderr,
@@ -279,12 +279,6 @@ def _same_value(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:  # values without a plain truth value (arrays): differ
         return False
-
-
-def _is_rank_zero() -> bool:
-    import os
-
-    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
 
 
 def make_cli(args: ArgsType = None) -> RLLightningCLI:

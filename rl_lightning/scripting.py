@@ -214,7 +214,7 @@ def run_logger(module: Any, root_dir: str | Path) -> Any:
     root = Path(root_dir) / "lightning_logs"
     directory = (root / module.run_name).resolve()
     claimed = dict(line.rsplit("=", 1) for line in os.environ.get(_VERSION_VARIABLE, "").splitlines() if "=" in line)
-    if os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("NODE_RANK", "0") != "0":
+    if not is_launching_process():
         # A process a launcher started: rank 0's directory (it writes alone; the others only name it).
         version = int(claimed[str(directory)]) if str(directory) in claimed else None
     else:
@@ -222,6 +222,14 @@ def run_logger(module: Any, root_dir: str | Path) -> Any:
         claimed[str(directory)] = str(version)
         os.environ[_VERSION_VARIABLE] = "\n".join(f"{path}={number}" for path, number in claimed.items())
     return TensorBoardLogger(root, name=module.run_name, version=version, default_hp_metric=False)
+
+
+def is_launching_process() -> bool:
+    """Whether this process is the one a user started (global rank 0), not a rank a DDP launcher
+    started by re-running the script (``LOCAL_RANK`` / ``NODE_RANK`` set and not 0)."""
+    import os
+
+    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
 
 
 def _claim_version(directory: Path) -> int:
