@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from rl_lightning._checks import check_choice, check_int, check_sizes
 from rl_lightning.envs.base import space_kind
+from rl_lightning.envs.spaces import ACTION_MASK_KEY, TensorTree, zeros_like_space
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 # Nature-DQN's convolutions need at least 36 pixels a side; smaller images get 3x3 ones.
@@ -51,19 +52,30 @@ def mlp(
     return nn.Sequential(*layers)
 
 
-def as_observation_space(space: gym.spaces.Box | Sequence[int]) -> gym.spaces.Box:
-    """A gymnasium ``Box``, or a shape taken as an unbounded float32 ``Box``."""
+def as_observation_space(space: gym.spaces.Box | gym.spaces.Dict | Sequence[int]) -> gym.spaces.Box | gym.spaces.Dict:
+    """A gymnasium ``Box`` or (flat, of ``Box`` leaves) ``Dict``, or a shape taken as an unbounded float32 ``Box``."""
     if isinstance(space, gym.spaces.Box):
         return space
+    if isinstance(space, gym.spaces.Dict):
+        for key, leaf in space.spaces.items():
+            if not isinstance(leaf, gym.spaces.Box):
+                raise ValueError(
+                    f"a Dict observation_space must have Box leaves (rl_lightning.envs.spaces.leaf_space), "
+                    f"got {leaf!r} for {key!r}"
+                )
+        return space
     if isinstance(space, gym.Space):
-        raise ValueError(f"observation_space must be a Box, got {space!r}")
+        raise ValueError(f"observation_space must be a Box or a Dict of Boxes, got {space!r}")
     return gym.spaces.Box(-np.inf, np.inf, tuple(int(size) for size in space), dtype=np.float32)
 
 
-def as_action_space(space: gym.spaces.Discrete | gym.spaces.Box | int) -> gym.Space:
-    """A gymnasium ``Discrete`` or ``Box``, or an int taken as ``Discrete(n)``."""
+def as_action_space(space: gym.Space | int) -> gym.Space:
+    """A gymnasium ``Discrete``, ``Box``, ``MultiDiscrete`` or ``MultiBinary``, or an int taken as ``Discrete(n)``."""
     if isinstance(space, bool) or not isinstance(space, (int, gym.Space)):
-        raise TypeError(f"action_space must be a gymnasium Discrete or Box space (or an int n), got {space!r}")
+        raise TypeError(
+            f"action_space must be a gymnasium Discrete, Box, MultiDiscrete or MultiBinary space (or an int n), "
+            f"got {space!r}"
+        )
     if isinstance(space, int):
         if space < 1:
             raise ValueError(f"the number of actions must be >= 1, got {space}")
@@ -74,6 +86,8 @@ def as_action_space(space: gym.spaces.Discrete | gym.spaces.Box | int) -> gym.Sp
 
 def is_image_space(space: gym.spaces.Box) -> bool:
     """A rank-3 observation with 1, 3 or 4 channels first or last, or a rank-2 uint8 one (grey)."""
+    if not isinstance(space, gym.spaces.Box):
+        return False
     shape = space.shape
     if len(shape) == 2:
         return space.dtype == np.uint8
@@ -159,24 +173,62 @@ class ImageEncoder(nn.Module):
         return self.linear(self.convs(pixels)).reshape(*batch_shape, self.num_features)
 
 
+class MultiInputEncoder(nn.Module):
+    """One encoder per key of a Dict observation, their features concatenated (SB3's
+    ``CombinedExtractor``): the CNN for an image key, an MLP of ``hidden_sizes`` for any other. The
+    ``"action_mask"`` key is not a feature: the policy masks its logits with it.
+
+    Args:
+        observation_space: a flat ``Dict`` of ``Box`` leaves (``rl_lightning.envs.spaces``).
+        hidden_sizes: each vector key's MLP.
+        activation: ``"relu"`` or ``"tanh"``.
+    """
+
+    def __init__(
+        self, observation_space: gym.spaces.Dict, hidden_sizes: Sequence[int] = (64, 64), activation: str = "relu"
+    ):
+        super().__init__()
+        encoders: dict[str, nn.Module] = {}
+        for key, leaf in observation_space.spaces.items():
+            if key == ACTION_MASK_KEY:
+                continue
+            if is_image_space(leaf):
+                encoders[key] = ImageEncoder(leaf.shape)
+            else:
+                dtype = torch.float32 if leaf.dtype == np.float32 else torch.uint8
+                encoders[key] = VectorEncoder(leaf.shape, hidden_sizes, activation, dtype)
+        if not encoders:
+            raise ValueError(f"a Dict observation needs a key besides {ACTION_MASK_KEY!r}, got {observation_space!r}")
+        self.encoders = nn.ModuleDict(encoders)
+        self.num_features = sum(encoder.num_features for encoder in encoders.values())
+
+    def forward(self, obs: TensorTree) -> Tensor:
+        """A dict of ``(*batch, *leaf_shape)`` tensors -> ``(*batch, num_features)``."""
+        return torch.cat([encoder(obs[key]).float() for key, encoder in self.encoders.items()], dim=-1)
+
+
 def make_encoder(
-    observation_space: gym.spaces.Box,
+    observation_space: gym.spaces.Box | gym.spaces.Dict,
     hidden_sizes: Sequence[int] = (120, 84),
     network: nn.Module | None = None,
     activation: str = "relu",
 ) -> tuple[nn.Module, int]:
     """The encoder for ``observation_space`` and its number of features.
 
-    ``network`` (any ``nn.Module`` mapping ``(batch, *obs_shape)`` to ``(batch, num_features)``)
-    is used as given; otherwise images get an :class:`ImageEncoder`, anything else a
+    ``network`` (any ``nn.Module`` mapping ``(batch, *obs_shape)``, or a dict of such tensors for a
+    Dict space, to ``(batch, num_features)``) is used as given; otherwise a Dict gets a
+    :class:`MultiInputEncoder`, images an :class:`ImageEncoder`, anything else a
     :class:`VectorEncoder` of ``hidden_sizes`` and ``activation``.
     """
-    obs_shape = tuple(observation_space.shape)
     if network is not None:
         if not isinstance(network, nn.Module):
             raise TypeError(f"network must be a torch.nn.Module, got {type(network).__name__}")
         return network, _num_features(network, observation_space)
     hidden_sizes = check_sizes("hidden_sizes", hidden_sizes)
+    if isinstance(observation_space, gym.spaces.Dict):
+        encoder = MultiInputEncoder(observation_space, hidden_sizes, activation)
+        return encoder, encoder.num_features
+    obs_shape = tuple(observation_space.shape)
     if is_image_space(observation_space):
         encoder: nn.Module = ImageEncoder(obs_shape)
     else:
@@ -185,48 +237,188 @@ def make_encoder(
     return encoder, encoder.num_features
 
 
-def _num_features(network: nn.Module, observation_space: gym.spaces.Box) -> int:
+def _num_features(network: nn.Module, observation_space: gym.spaces.Box | gym.spaces.Dict) -> int:
     """The width of ``network``'s output, from one forward pass of a zero observation."""
-    dtype = torch.uint8 if observation_space.dtype == np.uint8 else torch.float32
     param = next(network.parameters(), None)
     device = param.device if param is not None else "cpu"
+    if isinstance(observation_space, gym.spaces.Dict):
+        described = (
+            "a dict of tensors ("
+            + ", ".join(
+                f"{key!r}: (batch, {', '.join(map(str, leaf.shape))})" for key, leaf in observation_space.spaces.items()
+            )
+            + ")"
+        )
+    else:
+        described = f"(batch, {', '.join(map(str, observation_space.shape))})"
     with torch.no_grad():
         try:
-            features = network(torch.zeros((2, *observation_space.shape), dtype=dtype, device=device))
-        except RuntimeError as error:
+            features = network(zeros_like_space(observation_space, 2, device))
+        except (RuntimeError, KeyError, TypeError) as error:
             raise ValueError(
-                f"network must map observations (batch, {', '.join(map(str, observation_space.shape))}) to features "
-                f"(batch, num_features); it failed on a batch of 2: {error}"
+                f"network must map observations {described} to features (batch, num_features); it failed on a "
+                f"batch of 2: {error!r}"
             ) from error
     if not isinstance(features, Tensor) or features.dim() != 2 or features.shape[0] != 2:
         shape = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
         raise ValueError(
-            f"network must map observations (batch, {', '.join(map(str, observation_space.shape))}) to features "
-            f"(batch, num_features); for a batch of 2 it returned {shape}"
+            f"network must map observations {described} to features (batch, num_features); for a batch of 2 it "
+            f"returned {shape}"
         )
     return int(features.shape[1])
 
 
 class CategoricalHead(nn.Linear):
-    """Logits over ``num_actions`` discrete actions (a Linear layer that also samples and scores)."""
+    """Logits over ``num_actions`` discrete actions (a Linear layer that also samples and scores).
 
-    def __init__(self, num_features: int, num_actions: int):
+    ``masked``: the logits of illegal actions are ``-inf`` (:func:`masked_logits`): sampling never
+    picks them, and the entropy leaves them out (0 * log 0 = 0, no NaN, also in the gradient).
+    """
+
+    def __init__(self, num_features: int, num_actions: int, masked: bool = False):
         super().__init__(num_features, num_actions)
+        self.masked = masked
 
     def sample(self, logits: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """int64 actions ``(*batch,)`` and their log-probabilities."""
-        return sample_categorical(logits, generator)
+        return sample_masked_categorical(logits, generator) if self.masked else sample_categorical(logits, generator)
 
     def log_prob(self, logits: Tensor, actions: Tensor) -> Tensor:
         log_probs = F.log_softmax(logits.float(), dim=-1)
         return log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
     def entropy(self, logits: Tensor) -> Tensor:
-        log_probs = F.log_softmax(logits.float(), dim=-1)
-        return -(log_probs.exp() * log_probs).sum(dim=-1)
+        return categorical_entropy(logits, self.masked)
 
     def mode(self, logits: Tensor) -> Tensor:
         return logits.argmax(dim=-1)
+
+
+def categorical_entropy(logits: Tensor, masked: bool = False) -> Tensor:
+    """The entropy of each row's softmax; ``masked``: ``-inf`` logits (illegal actions) count 0."""
+    log_probs = F.log_softmax(logits.float(), dim=-1)
+    if masked:  # 0 * -inf would be NaN: the illegal actions' terms are set to 0 before the product
+        log_probs = log_probs.masked_fill(torch.isneginf(logits), 0.0)
+    return -(log_probs.exp() * log_probs).sum(dim=-1)
+
+
+class MultiCategoricalHead(nn.Linear):
+    """A ``MultiDiscrete(nvec)`` policy: one categorical per dimension, independent given the state.
+
+    The logits of all dimensions are one ``(*batch, sum(nvec))`` tensor (an action mask has the same
+    layout); log-probabilities and entropies are summed over dimensions, the greedy action is the
+    argmax of each dimension.
+    """
+
+    def __init__(self, num_features: int, nvec: Sequence[int], masked: bool = False):
+        self.nvec = [int(n) for n in nvec]
+        super().__init__(num_features, sum(self.nvec))
+        self.masked = masked
+
+    def _split(self, logits: Tensor) -> tuple[Tensor, ...]:
+        return torch.split(logits.float(), self.nvec, dim=-1)
+
+    def sample(self, logits: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        """int64 actions ``(*batch, len(nvec))`` and their log-probabilities (summed)."""
+        sample = sample_masked_categorical if self.masked else sample_categorical
+        actions, logprobs = zip(*(sample(part, generator) for part in self._split(logits)), strict=True)
+        return torch.stack(actions, dim=-1), torch.stack(logprobs, dim=-1).sum(dim=-1)
+
+    def log_prob(self, logits: Tensor, actions: Tensor) -> Tensor:
+        actions = actions.long()
+        return sum(
+            F.log_softmax(part, dim=-1).gather(-1, actions[..., i : i + 1]).squeeze(-1)
+            for i, part in enumerate(self._split(logits))
+        )
+
+    def entropy(self, logits: Tensor) -> Tensor:
+        return sum(categorical_entropy(part, self.masked) for part in self._split(logits))
+
+    def mode(self, logits: Tensor) -> Tensor:
+        return torch.stack([part.argmax(dim=-1) for part in self._split(logits)], dim=-1)
+
+
+class BernoulliHead(nn.Linear):
+    """A ``MultiBinary(n)`` policy: ``n`` independent Bernoullis with logits from the features.
+
+    ``log pi(a) = sum_i a_i log sigmoid(l_i) + (1 - a_i) log sigmoid(-l_i)``, the entropy summed
+    too, the greedy action ``p_i > 0.5`` (``l_i > 0``); actions are int64 ``(*batch, n)`` of 0 / 1.
+    """
+
+    def __init__(self, num_features: int, num_bits: int):
+        super().__init__(num_features, num_bits)
+
+    def sample(self, logits: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        logits = logits.float()
+        uniform = torch.rand(logits.shape, generator=generator, device=logits.device)
+        actions = (uniform < torch.sigmoid(logits)).long()
+        return actions, self.log_prob(logits, actions)
+
+    def log_prob(self, logits: Tensor, actions: Tensor) -> Tensor:
+        logits = logits.float()
+        return -F.binary_cross_entropy_with_logits(logits, actions.float(), reduction="none").sum(dim=-1)
+
+    def entropy(self, logits: Tensor) -> Tensor:
+        logits = logits.float()
+        p = torch.sigmoid(logits)
+        return (F.binary_cross_entropy_with_logits(logits, p, reduction="none")).sum(dim=-1)
+
+    def mode(self, logits: Tensor) -> Tensor:
+        return (logits > 0).long()
+
+
+def masked_logits(
+    logits: Tensor, action_mask: Tensor, check: bool = False, nvec: Sequence[int] | None = None
+) -> Tensor:
+    """``logits`` with ``-inf`` where ``action_mask`` (bool, the same shape) is False.
+
+    Args:
+        check: raise ``ValueError`` if a row (of each dimension's part for a MultiDiscrete mask,
+            ``nvec``) has no legal action: reads the mask back (a device sync).
+    """
+    action_mask = action_mask.bool()
+    if check:
+        parts = torch.split(action_mask, list(nvec), dim=-1) if nvec is not None else (action_mask,)
+        empty = torch.stack([~part.any(dim=-1) for part in parts], dim=-1).any(dim=-1)
+        if bool(empty.any()):
+            rows = empty.flatten().nonzero().flatten().tolist()
+            raise ValueError(
+                f"the action mask has no legal action in row(s) {rows[:8]}"
+                f"{' (in one of its dimensions)' if nvec is not None else ''}: at least one action must be True"
+            )
+    return logits.float().masked_fill(~action_mask, float("-inf"))
+
+
+def sample_masked_categorical(logits: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """:func:`sample_categorical` for logits with ``-inf`` at illegal actions: the first legal action
+    whose cumulative probability reaches the uniform draw (the last legal one if rounding leaves the
+    total below it), so an illegal action is never drawn, even at a draw of exactly 0 or near 1."""
+    log_probs = F.log_softmax(logits.float(), dim=-1)
+    legal = ~torch.isneginf(logits)
+    cdf = log_probs.exp().cumsum(dim=-1)
+    uniform = torch.rand((*cdf.shape[:-1], 1), generator=generator, device=logits.device)
+    positions = torch.arange(logits.shape[-1], device=logits.device)
+    last_legal = torch.where(legal, positions, -1).amax(dim=-1, keepdim=True)
+    hit = legal & ((cdf >= uniform) | (positions == last_legal))
+    actions = hit.int().argmax(dim=-1)  # the first True
+    return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
+def make_policy_head(num_features: int, action_space: gym.Space, masked: bool = False) -> nn.Module:
+    """The head for ``action_space``: categorical, Gaussian, one categorical per dimension, or Bernoullis."""
+    kind = space_kind(action_space)
+    if kind == "discrete":
+        return CategoricalHead(num_features, int(action_space.n), masked)
+    if kind == "multi_discrete":
+        return MultiCategoricalHead(num_features, action_space.nvec.tolist(), masked)
+    if kind == "multi_binary":
+        return BernoulliHead(num_features, int(action_space.shape[0]))
+    return GaussianHead(num_features, action_space.shape)
+
+
+def is_masked(observation_space: gym.Space) -> bool:
+    """Whether observations of ``observation_space`` carry an ``"action_mask"``."""
+    return isinstance(observation_space, gym.spaces.Dict) and ACTION_MASK_KEY in observation_space.spaces
 
 
 class GaussianHead(nn.Linear):
@@ -336,23 +528,30 @@ class PolicyNetwork(_EncoderHeadNetwork):
 
     def __init__(
         self,
-        observation_space: gym.spaces.Box | Sequence[int],
-        action_space: gym.spaces.Discrete | gym.spaces.Box | int,
+        observation_space: gym.spaces.Box | gym.spaces.Dict | Sequence[int],
+        action_space: gym.Space | int,
         hidden_sizes: Sequence[int] = (120, 84),
         network: nn.Module | None = None,
         activation: str = "relu",
     ):
         observation_space, action_space = as_observation_space(observation_space), as_action_space(action_space)
         encoder, num_features = make_encoder(observation_space, hidden_sizes, network, activation)
-        if space_kind(action_space) == "discrete":
-            head: CategoricalHead | GaussianHead = CategoricalHead(num_features, int(action_space.n))
-        else:
-            head = GaussianHead(num_features, action_space.shape)
-        super().__init__(encoder, head)
+        masked = is_masked(observation_space)
+        super().__init__(encoder, make_policy_head(num_features, action_space, masked))
+        #: Whether the logits are masked with the observations' ``"action_mask"``.
+        self.masked = masked
+        self.check_masks = True  # see mask()
 
-    def forward(self, obs: Tensor) -> Tensor:
-        """The distribution's parameters: logits (Discrete) or the mean (Box)."""
-        return self.layers(obs)
+    def forward(self, obs: Tensor | TensorTree) -> Tensor:
+        """The distribution's parameters: logits (masked: ``-inf`` at illegal actions) or the mean (Box)."""
+        return self.mask(self.layers(obs), obs)
+
+    def mask(self, logits: Tensor, obs: Tensor | TensorTree) -> Tensor:
+        """``logits`` masked with ``obs["action_mask"]`` for a masked policy (checking that every row has a
+        legal action while ``check_masks``; the losses turn it off for masks checked at collection)."""
+        if not self.masked:
+            return logits
+        return masked_logits(logits, obs[ACTION_MASK_KEY], self.check_masks, getattr(self.head, "nvec", None))
 
     def sample(self, obs: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """Sampled actions for ``obs`` and their log-probabilities."""
@@ -404,14 +603,19 @@ class QNetwork(_EncoderHeadNetwork):
             raise ValueError(f"a QNetwork needs a Discrete action space, got {action_space!r}")
         encoder, num_features = make_encoder(observation_space, hidden_sizes, network)
         super().__init__(encoder, nn.Linear(num_features, int(action_space.n)))
+        #: Whether observations carry an ``"action_mask"`` (DQN then acts and bootstraps over legal actions only).
+        self.masked = is_masked(observation_space)
 
     def forward(self, obs: Tensor) -> Tensor:
         """``(*batch, *obs_shape)`` -> Q-values ``(*batch, num_actions)``."""
         return self.layers(obs)
 
     def mode(self, obs: Tensor) -> Tensor:
-        """The greedy action: argmax Q (int64)."""
-        return self.layers(obs).argmax(dim=-1)
+        """The greedy action: argmax Q (int64), over the legal actions for a masked network."""
+        q_values = self.layers(obs)
+        if self.masked:
+            q_values = masked_logits(q_values, obs[ACTION_MASK_KEY], check=True)
+        return q_values.argmax(dim=-1)
 
 
 class ValueNetwork(nn.Module):
@@ -426,7 +630,7 @@ class ValueNetwork(nn.Module):
 
     def __init__(
         self,
-        observation_space: gym.spaces.Box | Sequence[int],
+        observation_space: gym.spaces.Box | gym.spaces.Dict | Sequence[int],
         hidden_sizes: Sequence[int] = (64, 64),
         network: nn.Module | None = None,
         activation: str = "relu",
@@ -468,8 +672,8 @@ class ActorCritic(nn.Module):
 
     def __init__(
         self,
-        observation_space: gym.spaces.Box | Sequence[int],
-        action_space: gym.spaces.Discrete | gym.spaces.Box | int,
+        observation_space: gym.spaces.Box | gym.spaces.Dict | Sequence[int],
+        action_space: gym.Space | int,
         hidden_sizes: Sequence[int] = (64, 64),
         shared_encoder: bool = False,
         network: nn.Module | None = None,
@@ -494,7 +698,8 @@ class ActorCritic(nn.Module):
         """The policy's distribution parameters and the values ``(*batch,)`` of ``obs``."""
         if self.shared_encoder:
             features = self.actor.encoder(obs)
-            return self.actor.head(features), self.critic.head(features).squeeze(-1).float()
+            params = self.actor.mask(self.actor.head(features), obs)
+            return params, self.critic.head(features).squeeze(-1).float()
         return self.actor(obs), self.critic(obs)
 
     def sample(self, obs: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -504,8 +709,13 @@ class ActorCritic(nn.Module):
         return actions, logprobs, values
 
     def evaluate(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """log pi(actions | obs), the policy's entropy and V(obs), differentiable."""
-        params, values = self(obs)
+        """log pi(actions | obs), the policy's entropy and V(obs), differentiable (masks, checked when
+        the actions were sampled, are not checked again)."""
+        self.actor.check_masks = False
+        try:
+            params, values = self(obs)
+        finally:
+            self.actor.check_masks = True
         return self.actor.head.log_prob(params, actions), self.actor.head.entropy(params), values
 
     def value(self, obs: Tensor) -> Tensor:
@@ -541,8 +751,8 @@ class RecurrentActorCritic(nn.Module):
 
     def __init__(
         self,
-        observation_space: gym.spaces.Box | Sequence[int],
-        action_space: gym.spaces.Discrete | gym.spaces.Box | int,
+        observation_space: gym.spaces.Box | gym.spaces.Dict | Sequence[int],
+        action_space: gym.Space | int,
         hidden_sizes: Sequence[int] = (64,),
         core: str = "lstm",
         core_size: int = 64,
@@ -557,10 +767,8 @@ class RecurrentActorCritic(nn.Module):
         self.core = CORES[core](num_features, core_size)
         self.num_state = 2 if core == "lstm" else 1
         self.core_size = core_size
-        if space_kind(action_space) == "discrete":
-            self.actor_head: CategoricalHead | GaussianHead = CategoricalHead(core_size, int(action_space.n))
-        else:
-            self.actor_head = GaussianHead(core_size, action_space.shape)
+        self.masked = is_masked(observation_space)
+        self.actor_head = make_policy_head(core_size, action_space, self.masked)
         self.critic_head = nn.Linear(core_size, 1)
         if orthogonal:
             if network is None:
@@ -592,7 +800,7 @@ class RecurrentActorCritic(nn.Module):
         features = self.encoder(obs).float()  # all steps at once; only the core runs step by step
         keep = (~episode_starts.bool()).float()
         outputs = []
-        for t in range(obs.shape[1]):
+        for t in range(features.shape[1]):
             state = state * keep[:, t].view(1, -1, 1)
             output, state = self._core_step(features[:, t], state)
             outputs.append(output)
@@ -605,8 +813,15 @@ class RecurrentActorCritic(nn.Module):
         state after the step (``obs`` ``(batch, *obs_shape)``, ``episode_start`` ``(batch,)``)."""
         output, state = self.unroll(obs.unsqueeze(1), state, episode_start.unsqueeze(1))
         output = output.squeeze(1)
-        actions, logprobs = self.actor_head.sample(self.actor_head(output), generator)
+        actions, logprobs = self.actor_head.sample(self._logits(output, obs, check=True), generator)
         return actions, logprobs, self.critic_head(output).squeeze(-1).float(), state
+
+    def _logits(self, output: Tensor, obs: Tensor | TensorTree, check: bool) -> Tensor:
+        """The policy head's outputs, masked with ``obs["action_mask"]`` for a masked policy."""
+        params = self.actor_head(output)
+        if not self.masked:
+            return params
+        return masked_logits(params, obs[ACTION_MASK_KEY], check, getattr(self.actor_head, "nvec", None))
 
     def evaluate(
         self, obs: Tensor, actions: Tensor, state: Tensor, episode_starts: Tensor
@@ -614,7 +829,7 @@ class RecurrentActorCritic(nn.Module):
         """log pi(actions), the entropy and V along whole sequences ``(batch, T, ...)`` replayed from
         their initial ``state`` with the collection's masking; each ``(batch, T)``, differentiable."""
         output, _ = self.unroll(obs, state, episode_starts)
-        params = self.actor_head(output)
+        params = self._logits(output, obs, check=False)
         values = self.critic_head(output).squeeze(-1).float()
         return self.actor_head.log_prob(params, actions), self.actor_head.entropy(params), values
 
@@ -627,7 +842,7 @@ class RecurrentActorCritic(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Actions (argmax / mean if ``greedy``), the policy's outputs, and the state after the step."""
         output, state = self.unroll(obs.unsqueeze(1), state, episode_start.unsqueeze(1))
-        params = self.actor_head(output.squeeze(1))
+        params = self._logits(output.squeeze(1), obs, check=True)
         actions = self.actor_head.mode(params) if greedy else self.actor_head.sample(params)[0]
         return actions, params, state
 
@@ -651,6 +866,12 @@ def _box_bounds(action_space: gym.spaces.Box) -> tuple[Tensor, Tensor]:
 
 def _vector_trunk(observation_space: gym.spaces.Box, hidden_sizes: Sequence[int]) -> tuple[nn.Sequential, int]:
     """Flatten and an MLP of ReLU layers for a vector observation (images are refused by name)."""
+    if isinstance(observation_space, gym.spaces.Dict):
+        raise ValueError(
+            f"SAC and TD3 take Box observations, got the Dict space {observation_space!r}: flatten it "
+            "(env_kwargs={'wrappers': ['gymnasium.wrappers.FlattenObservation']}) or use PPOModule, VPGModule or "
+            "DQNModule, which take Dict observations"
+        )
     if is_image_space(observation_space):
         raise ValueError(
             f"SAC and TD3 take vector observations, got the image space {observation_space!r}: use DQNModule, "

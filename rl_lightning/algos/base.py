@@ -46,6 +46,15 @@ from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.gym_adapter import encode_observations
 from rl_lightning.envs.registry import BACKENDS, canonical_env_id, is_native_env_id
+from rl_lightning.envs.spaces import (
+    ACTION_MASK_KEY,
+    OBSERVATION_KEY,
+    TensorTree,
+    encode_leaf,
+    flat_values,
+    is_structured,
+    leaf_dtype,
+)
 from rl_lightning.export import export_policy, trace_policy
 from rl_lightning.progress import RLProgressBar
 from rl_lightning.seeding import derive_seed
@@ -127,6 +136,10 @@ class RLModule(L.LightningModule):
         # A gymnasium Discrete observation is one-hot in training; act() takes its index as gymnasium gives it.
         gymnasium_space = getattr(spec_env, "gymnasium_observation_space", None)
         self._discrete_observations = gymnasium_space if isinstance(gymnasium_space, gym.spaces.Discrete) else None
+        #: A Dict / Tuple (or info-masked) gymnasium observation: act() takes it as gymnasium gives it.
+        self._gymnasium_observation_space = gymnasium_space
+        self._observation_parts = getattr(spec_env, "observation_parts", None)
+        self._mask_source = getattr(spec_env, "mask_source", "obs" if spec_env.has_action_mask else None)
         self.obs_shape, self.obs_dtype = spec_env.obs_shape, spec_env.obs_dtype
         self.action_shape = spec_env.action_shape
         #: The data source, built in ``train_dataloader``.
@@ -303,26 +316,39 @@ class RLModule(L.LightningModule):
     # -- acting ---------------------------------------------------------------------------
 
     @torch.no_grad()
-    def act(self, obs: Any, greedy: bool = False) -> Tensor | np.ndarray | np.generic:
+    def act(self, obs: Any, greedy: bool = False, action_mask: Any = None) -> Tensor | np.ndarray | np.generic:
         """Actions for observations ``(*batch, *obs_shape)`` (one observation gives one action): the
         most likely ones if ``greedy``, else sampled from the policy (with torch's global RNG).
 
         Tensors in, tensors out (on the module's device); anything else (a numpy array from a
         gymnasium env, a list) gives numpy, so ``env.step(module.act(obs))`` works on a gymnasium
-        env: a numpy int for one ``Discrete`` observation, an array otherwise.
+        env: a numpy int for one ``Discrete`` observation, an array otherwise. A Dict or Tuple
+        observation is taken as gymnasium gives it (a dict / tuple of arrays or tensors, ``Discrete``
+        parts as integers), or as our envs give it (a dict of tensors, ``rl_lightning.envs.spaces``).
+
+        Args:
+            action_mask: bool ``(*batch, n)``, the legal actions, for an env with masks: required where
+                they come from ``info["action_mask"]`` (Taxi), optional where the observation has an
+                ``"action_mask"`` key (it then replaces that key).
 
         Returns:
             ``(*batch, *action_shape)``: int64 for ``Discrete`` actions, float32 for ``Box``.
         """
         check_bool("greedy", greedy)
-        tensor_in = isinstance(obs, Tensor)
-        obs, batch_shape = self._batch_of_observations(obs)
+        tensor_in = isinstance(obs, Tensor) or (
+            isinstance(obs, dict) and bool(obs) and all(isinstance(value, Tensor) for value in obs.values())
+        )
+        obs, batch_shape = self._batch_of_observations(obs, action_mask)
         actions = self.policy_actions(obs, greedy).reshape((*batch_shape, *self.action_shape))
         return actions if tensor_in else as_numpy(actions)
 
-    def _batch_of_observations(self, obs: Any) -> tuple[Tensor, torch.Size]:
+    def _batch_of_observations(self, obs: Any, action_mask: Any = None) -> tuple[Any, torch.Size]:
         """``obs`` as a ``(batch, *obs_shape)`` tensor of the env's dtype on the module's device, and
         the batch shape it had (a ``ValueError`` naming the expected shape otherwise)."""
+        if isinstance(self.observation_space, gym.spaces.Dict):
+            return self._batch_of_structured_observations(obs, action_mask)
+        if action_mask is not None:
+            raise ValueError(f"action_mask was given, but {self.hparams.env_id} has no action masks")
         if self._discrete_observations is not None:
             indices = torch.as_tensor(np.asarray(obs.cpu() if isinstance(obs, Tensor) else obs))
             if not indices.is_floating_point():  # gymnasium's indices (the one-hot rows are float)
@@ -345,6 +371,62 @@ class RLModule(L.LightningModule):
         if obs.dtype == torch.bool or obs.is_complex():
             raise TypeError(f"obs must be real numbers, got {obs.dtype}")
         return obs.reshape(-1, *obs_shape).to(self.obs_dtype), obs.shape[:batch_dims]
+
+    def _batch_of_structured_observations(self, obs: Any, action_mask: Any) -> tuple[TensorTree, torch.Size]:
+        """A Dict observation (ours, or gymnasium's of a Dict / Tuple / info-masked space) as a batch
+        tree on the module's device, and its batch shape."""
+        env_id, leaves = self.hparams.env_id, self.observation_space.spaces
+        gymnasium_space, parts = self._gymnasium_observation_space, self._observation_parts or {}
+        if isinstance(obs, dict) and set(obs) <= set(leaves) and set(leaves) - {ACTION_MASK_KEY} <= set(obs):
+            values = dict(obs)  # our flat keys (a part may still be in gymnasium's form: an index)
+        elif gymnasium_space is not None and is_structured(gymnasium_space) and isinstance(obs, (dict, tuple, list)):
+            values = flat_values(gymnasium_space, obs)
+        elif self._mask_source == "info" and not isinstance(obs, (dict, tuple, list)):
+            values = {OBSERVATION_KEY: obs}
+        else:
+            raise ValueError(
+                f"obs must be a dict with keys {sorted(leaves)} for {env_id}"
+                f"{f' (or as gymnasium gives it, {gymnasium_space})' if gymnasium_space is not None else ''}, "
+                f"got {type(obs).__name__}"
+            )
+        if action_mask is not None:
+            if ACTION_MASK_KEY not in leaves:
+                raise ValueError(f"action_mask was given, but {env_id} has no action masks")
+            values[ACTION_MASK_KEY] = action_mask
+        if ACTION_MASK_KEY in leaves and ACTION_MASK_KEY not in values:
+            raise ValueError(
+                f"{env_id} masks its actions: pass act(obs, action_mask=...) with a bool (*batch, "
+                f"{leaves[ACTION_MASK_KEY].shape[0]}) mask (gymnasium's info['action_mask'])"
+            )
+        tree, batch_shape = TensorTree(), None
+        for key, leaf in leaves.items():
+            value = values[key]
+            part = parts.get(key)
+            if isinstance(part, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) and key != ACTION_MASK_KEY:
+                index = value if isinstance(value, Tensor) else torch.as_tensor(np.asarray(value))
+                if not index.is_floating_point():  # gymnasium's indices (our one-hot rows are float)
+                    batch = index.shape if isinstance(part, gym.spaces.Discrete) else index.shape[:-1]
+                    value = encode_leaf(part, index.cpu(), key).reshape(*batch, *leaf.shape)
+            tensor = torch.as_tensor(value.cpu() if isinstance(value, Tensor) else np.asarray(value)).to(self.device)
+            shape = tuple(leaf.shape)
+            batch_dims = tensor.dim() - len(shape)
+            if batch_dims < 0 or tuple(tensor.shape[batch_dims:]) != shape:
+                raise ValueError(
+                    f"obs[{key!r}] must have shape (*batch, {', '.join(map(str, shape))}) for {env_id}, got "
+                    f"{tuple(tensor.shape)}"
+                )
+            if batch_shape is None:
+                batch_shape = tensor.shape[:batch_dims]
+            elif tensor.shape[:batch_dims] != batch_shape:
+                raise ValueError(
+                    f"obs[{key!r}] has the batch shape {tuple(tensor.shape[:batch_dims])}, the other keys "
+                    f"{tuple(batch_shape)}"
+                )
+            dtype = leaf_dtype(leaf)
+            if dtype == torch.uint8 and tensor.dtype != torch.uint8:
+                raise TypeError(f"obs[{key!r}] must be uint8 pixels (0-255) for {env_id}, got {tensor.dtype}")
+            tree[key] = tensor.reshape(-1, *shape).to(dtype)
+        return tree, batch_shape
 
     @property
     def recurrent(self) -> bool:

@@ -24,9 +24,10 @@ from rl_lightning.algos.off_policy import OffPolicyModule
 from rl_lightning.callbacks.epsilon import EpsilonDecay
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
 from rl_lightning.data.replay import ReplayBufferSamples, epsilon_greedy
+from rl_lightning.envs.spaces import ACTION_MASK_KEY
 from rl_lightning.export import GreedyPolicy
 from rl_lightning.losses import compute_td_loss, compute_td_target
-from rl_lightning.nets import QNetwork
+from rl_lightning.nets import QNetwork, masked_logits
 from rl_lightning.seeding import seeded
 
 
@@ -158,14 +159,17 @@ class DQNModule(OffPolicyModule):
         self._epsilon = check_float("epsilon", value, 0.0, 1.0)
 
     def explore(self, obs: Tensor, generator: torch.Generator) -> Tensor:
-        """Epsilon-greedy on the live Q-network."""
-        return epsilon_greedy(self.q_network(obs), self._epsilon, generator)
+        """Epsilon-greedy on the live Q-network (over the legal actions where the env gives masks)."""
+        return epsilon_greedy(self.q_network(obs), self._epsilon, generator, self._action_mask(obs))
 
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
         """argmax Q if ``greedy``, else epsilon-greedy with the current ``epsilon``."""
         q_values = self.q_network(obs)
         self.check_finite_outputs(q_values, "Q-values")
-        return epsilon_greedy(q_values, 0.0 if greedy else self._epsilon)
+        return epsilon_greedy(q_values, 0.0 if greedy else self._epsilon, action_mask=self._action_mask(obs))
+
+    def _action_mask(self, obs: Any) -> Tensor | None:
+        return obs[ACTION_MASK_KEY] if self.q_network.masked else None
 
     def forward(self, obs: Tensor) -> Tensor:
         """Q-values ``(batch, num_actions)``."""
@@ -183,12 +187,21 @@ class DQNModule(OffPolicyModule):
         q_values = self.q_network(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
         with torch.no_grad():
             next_q_target = self.target_network(batch.next_obs)
-            if self.hparams.double_dqn:
+            next_q_online = self.q_network(batch.next_obs) if self.hparams.double_dqn else None
+            next_mask = self._action_mask(batch.next_obs)
+            if next_mask is not None:
+                # a' ranges over the next state's legal actions only; a terminal state may have none
+                # (its bootstrap is zeroed by the target anyway, so its max is set to 0, not -inf).
+                next_q_target = masked_logits(next_q_target, next_mask)
+                next_q_online = None if next_q_online is None else masked_logits(next_q_online, next_mask)
+            if next_q_online is not None:
                 # Double DQN: the online network picks a', the target network values it.
-                next_actions = self.q_network(batch.next_obs).argmax(dim=1, keepdim=True)
+                next_actions = next_q_online.argmax(dim=1, keepdim=True)
                 next_q_values = next_q_target.gather(1, next_actions).squeeze(1)
             else:
                 next_q_values = next_q_target.max(dim=1).values
+            if next_mask is not None:
+                next_q_values = torch.where(next_mask.any(dim=1), next_q_values, 0.0)
             td_targets = compute_td_target(batch.rewards, batch.terminated, next_q_values, self.discounts(batch))
         loss = compute_td_loss(q_values, td_targets, self.hparams.loss)
         if self._should_log():

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import gymnasium as gym
 import lightning as L
 import torch
 from torch import Tensor, nn
@@ -99,6 +100,7 @@ class PPOModule(RLModule):
     """
 
     log_per_epoch = True
+    action_kinds = ("discrete", "box", "multi_discrete", "multi_binary")
 
     def __init__(
         self,
@@ -187,7 +189,8 @@ class PPOModule(RLModule):
                 self.model = RecurrentActorCritic(
                     self.observation_space, self.action_space, hidden_sizes, recurrent, core_size, network, activation
                 )
-        self.obs_normalizer = ObservationNormalizer(self.obs_shape) if normalize_obs else None
+        normalized = self.observation_space if isinstance(self.observation_space, gym.spaces.Dict) else self.obs_shape
+        self.obs_normalizer = ObservationNormalizer(normalized) if normalize_obs else None
         self.reward_scaler = RewardScaler(gamma) if normalize_rewards else None
         self._skip_updates = False  # target_kl reached: the rest of this rollout's minibatches
 

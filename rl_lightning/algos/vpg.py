@@ -71,6 +71,7 @@ class VPGModule(RLModule):
     """
 
     log_per_epoch = True
+    action_kinds = ("discrete", "box", "multi_discrete", "multi_binary")
 
     def __init__(
         self,

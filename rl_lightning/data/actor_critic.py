@@ -23,6 +23,7 @@ from rl_lightning.data.normalization import ObservationNormalizer, Reduce, Rewar
 from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs.base import VectorEnv
+from rl_lightning.envs.spaces import as_tree, plain
 from rl_lightning.losses import compute_gae
 from rl_lightning.nets import ActorCritic
 
@@ -162,7 +163,7 @@ class ActorCriticSource(EnvSource):
             "starts": self._starts.clone(),
             "discounted_returns": self._discounted_returns.clone(),
             "minibatch_in_rollout": self.minibatch_in_rollout,
-            "entries": self._entries if mid_rollout else None,
+            "entries": {name: plain(field) for name, field in self._entries.items()} if mid_rollout else None,
             "indices": self._indices if mid_rollout else None,
         }
 
@@ -176,7 +177,7 @@ class ActorCriticSource(EnvSource):
         if state["entries"] is None:
             self._entries, self._indices, self.minibatch_in_rollout = None, None, -1
         else:
-            self._entries = {name: field.to(self.device) for name, field in state["entries"].items()}
+            self._entries = {name: as_tree(field).to(self.device) for name, field in state["entries"].items()}
             self._indices = state["indices"].to(self.device)
 
     def next_batch(self) -> PPOBatch:
@@ -374,7 +375,7 @@ class RecurrentActorCriticSource(ActorCriticSource):
         # V(final obs of step t) from the state after step t: the episode's memory, not reset.
         states = torch.stack(self._step_states[1:], dim=2)  # (num_state, num_envs, num_steps, core)
         self.last_states = torch.stack(self._step_states, dim=1).transpose(0, 2)  # (envs, steps + 1, state, core)
-        num_envs, num_steps = final_obs.shape[:2]
+        num_envs, num_steps = self.envs.num_envs, len(self._step_states) - 1
         flat_states = states.flatten(1, 2)
         no_start = torch.zeros(num_envs * num_steps, dtype=torch.bool, device=self.device)
         values = self.model.value(final_obs.flatten(0, 1), flat_states, no_start)

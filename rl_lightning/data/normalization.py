@@ -10,8 +10,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import gymnasium as gym
+import numpy as np
 import torch
 from torch import Tensor, nn
+
+from rl_lightning.envs.spaces import TensorTree
+from rl_lightning.nets import is_image_space
 
 #: Sums a tensor over all processes (identity in a single process).
 Reduce = Callable[[Tensor], Tensor]
@@ -64,24 +69,47 @@ class ObservationNormalizer(nn.Module):
     """``clip((obs - mean) / sqrt(var + eps), -clip, clip)`` with running statistics (gymnasium's
     ``NormalizeObservation``, updated once per rollout instead of per step).
 
+    For a Dict observation only its vector keys (float32, not images) are normalised, each with
+    its own statistics (``stats.<key>``); images and the action mask pass through unchanged.
+
     Args:
-        obs_shape: shape of one observation.
+        obs_shape: shape of one observation, or a Dict observation space (``rl_lightning.envs.spaces``).
         clip: bound of the normalised values.
     """
 
-    def __init__(self, obs_shape: Sequence[int], clip: float = 10.0, eps: float = 1e-8):
+    def __init__(self, obs_shape: Sequence[int] | gym.spaces.Dict, clip: float = 10.0, eps: float = 1e-8):
         super().__init__()
-        self.stats = RunningMeanStd(obs_shape)
+        if isinstance(obs_shape, gym.spaces.Dict):
+            vector_keys = {
+                key: leaf.shape
+                for key, leaf in obs_shape.spaces.items()
+                if leaf.dtype == np.float32 and not is_image_space(leaf)
+            }
+            self.stats: nn.Module = nn.ModuleDict({key: RunningMeanStd(shape) for key, shape in vector_keys.items()})
+        else:
+            self.stats = RunningMeanStd(obs_shape)
         self.clip = clip
         self.eps = eps
 
-    def forward(self, obs: Tensor) -> Tensor:
-        """Normalised float32 observations (the statistics are not updated)."""
-        mean, std = self.stats.mean.float(), (self.stats.var + self.eps).sqrt().float()
+    def _normalize(self, stats: RunningMeanStd, obs: Tensor) -> Tensor:
+        mean, std = stats.mean.float(), (stats.var + self.eps).sqrt().float()
         return ((obs.float() - mean) / std).clamp(-self.clip, self.clip)
 
-    def update(self, obs: Tensor, reduce: Reduce = _no_reduce) -> None:
-        self.stats.update(obs, reduce)
+    def forward(self, obs: Tensor | TensorTree) -> Tensor | TensorTree:
+        """Normalised float32 observations (the statistics are not updated)."""
+        if isinstance(self.stats, nn.ModuleDict):
+            normalized = TensorTree(obs)
+            for key, stats in self.stats.items():
+                normalized[key] = self._normalize(stats, obs[key])
+            return normalized
+        return self._normalize(self.stats, obs)
+
+    def update(self, obs: Tensor | TensorTree, reduce: Reduce = _no_reduce) -> None:
+        if isinstance(self.stats, nn.ModuleDict):
+            for key, stats in self.stats.items():
+                stats.update(obs[key], reduce)
+        else:
+            self.stats.update(obs, reduce)
 
 
 class RewardScaler(nn.Module):

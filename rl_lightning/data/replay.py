@@ -19,8 +19,10 @@ from torch import Tensor
 
 from rl_lightning._checks import check_bool, check_float, check_int, check_seed, check_sizes
 from rl_lightning.data.source import EnvSource
-from rl_lightning.envs.base import VectorEnv, resolve_device
+from rl_lightning.envs.base import VectorEnv, resolve_device, sample_legal
+from rl_lightning.envs.spaces import ACTION_MASK_KEY, TensorTree, as_tree, plain
 from rl_lightning.losses import compute_n_step_returns
+from rl_lightning.nets import masked_logits
 
 _WARMUP_CHUNK = 256  # vectorised random steps between two checks for a stop request
 
@@ -68,12 +70,12 @@ class ReplayBuffer:
     def __init__(
         self,
         buffer_size: int,
-        obs_shape: Sequence[int],
+        obs_shape: Sequence[int] | dict[str, Sequence[int]],
         num_envs: int,
         seed: int = 0,
         device: torch.device | str = "cpu",
         action_shape: Sequence[int] = (),
-        obs_dtype: torch.dtype = torch.float32,
+        obs_dtype: torch.dtype | dict[str, torch.dtype] = torch.float32,
         n_step: int = 1,
         gamma: float = 0.99,
     ):
@@ -81,8 +83,13 @@ class ReplayBuffer:
         check_int("num_envs", num_envs, 1)
         if num_envs > buffer_size:
             raise ValueError(f"num_envs ({num_envs}) must be <= buffer_size ({buffer_size})")
-        if obs_dtype not in (torch.float32, torch.uint8):
-            raise TypeError(f"obs_dtype must be torch.float32 or torch.uint8, got {obs_dtype!r}")
+        structured = isinstance(obs_shape, dict)
+        dtypes = obs_dtype if structured else {"": obs_dtype}
+        if structured and (not isinstance(obs_dtype, dict) or set(obs_dtype) != set(obs_shape)):
+            raise TypeError("a dict obs_shape needs a dict obs_dtype with the same keys")
+        for dtype in dtypes.values():
+            if dtype not in (torch.float32, torch.uint8, torch.bool):
+                raise TypeError(f"obs_dtype must be torch.float32, torch.uint8 or torch.bool, got {dtype!r}")
         self.n_step = check_int("n_step", n_step, 1)
         if (n_step - 1) * num_envs >= buffer_size:
             raise ValueError(
@@ -91,7 +98,12 @@ class ReplayBuffer:
             )
         self.gamma = check_float("gamma", gamma, 0.0, 1.0)
         self.buffer_size = buffer_size
-        self.obs_shape = check_sizes("obs_shape", tuple(obs_shape))
+        if structured:
+            self.obs_shape: Any = {
+                key: check_sizes(f"obs_shape[{key!r}]", tuple(shape)) for key, shape in obs_shape.items()
+            }
+        else:
+            self.obs_shape = check_sizes("obs_shape", tuple(obs_shape))
         self.action_shape = check_sizes("action_shape", tuple(action_shape))
         self.num_envs = num_envs
         self.device = resolve_device(device)
@@ -106,11 +118,14 @@ class ReplayBuffer:
         }
         if n_step > 1:
             self._specs["dones"] = ((), torch.bool)
+
+        def zeros(shape: Any, dtype: Any) -> Tensor | TensorTree:
+            if isinstance(shape, dict):  # a Dict observation: one tensor per key, each of its own dtype
+                return TensorTree({key: zeros(shape[key], dtype[key]) for key in shape})
+            return torch.zeros((buffer_size, *shape), dtype=dtype, device=self.device)
+
         # Allocated once; ``add`` writes rows in place. Slots ``[size:]`` hold zeros until filled.
-        self._storage = {
-            name: torch.zeros((buffer_size, *shape), dtype=dtype, device=self.device)
-            for name, (shape, dtype) in self._specs.items()
-        }
+        self._storage = {name: zeros(shape, dtype) for name, (shape, dtype) in self._specs.items()}
         self.obs, self.actions, self.rewards, self.terminated, self.next_obs = (self._storage[name] for name in _FIELDS)
         # Host-side ints: the ring position never needs a device sync.
         self.pos = 0  # where the next transition goes
@@ -121,7 +136,9 @@ class ReplayBuffer:
         cls, envs: VectorEnv, buffer_size: int, seed: int = 0, n_step: int = 1, gamma: float = 0.99
     ) -> ReplayBuffer:
         """A buffer for ``envs``' spaces on its device: its observation shape and dtype (uint8
-        images kept), int64 ``Discrete`` actions or float32 ``Box`` ones, one slot row per env."""
+        images kept; a Dict observation one tensor per key, its action mask included, so a sample's
+        ``next_obs`` has the next state's mask), int64 ``Discrete`` actions or float32 ``Box`` ones,
+        one slot row per env."""
         action_shape = () if envs.action_kind == "discrete" else envs.action_shape
         return cls(
             buffer_size,
@@ -141,7 +158,8 @@ class ReplayBuffer:
     @property
     def nbytes(self) -> int:
         """Bytes held by the storage tensors (all ``buffer_size`` slots)."""
-        return sum(t.nbytes for t in self._storage.values())
+        leaves = [leaf for t in self._storage.values() for leaf in (t.values() if isinstance(t, dict) else [t])]
+        return sum(leaf.nbytes for leaf in leaves)
 
     @property
     def bytes_per_transition(self) -> int:
@@ -167,6 +185,7 @@ class ReplayBuffer:
                 just finished (``info["final_observation"]``), not the auto-reset one.
             dones: bool ``(num_envs,)``, terminated or truncated: needed (only) with ``n_step > 1``.
         """
+        obs, next_obs = as_tree(obs), as_tree(next_obs)
         values = {"obs": obs, "actions": actions, "rewards": rewards, "terminated": terminated, "next_obs": next_obs}
         if self.n_step > 1:
             if dones is None:
@@ -176,12 +195,15 @@ class ReplayBuffer:
         # missing env dimension would otherwise corrupt the buffer without an error.
         for name, value in values.items():
             shape, dtype = self._specs[name]
-            if not isinstance(value, Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
-            if value.shape != (self.num_envs, *shape):
-                raise ValueError(f"{name} must have shape {(self.num_envs, *shape)}, got {tuple(value.shape)}")
-            if value.dtype != dtype:
-                raise TypeError(f"{name} must have dtype {dtype}, got {value.dtype}")
+            if isinstance(shape, dict):
+                if not isinstance(value, dict) or set(value) != set(shape):
+                    raise TypeError(
+                        f"{name} must be a dict of tensors with keys {sorted(shape)}, got {type(value).__name__}"
+                    )
+                for key in shape:
+                    self._check_field(f"{name}[{key!r}]", value[key], shape[key], dtype[key])
+            else:
+                self._check_field(name, value, shape, dtype)
         start, end = self.pos, self.pos + self.num_envs
         first = min(end, self.buffer_size) - start  # rows that fit before the ring wraps
         for name, value in values.items():
@@ -191,6 +213,14 @@ class ReplayBuffer:
                 storage[: self.num_envs - first] = value[first:]
         self.pos = end % self.buffer_size
         self.size = min(self.size + self.num_envs, self.buffer_size)
+
+    def _check_field(self, name: str, value: Any, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+        if value.shape != (self.num_envs, *shape):
+            raise ValueError(f"{name} must have shape {(self.num_envs, *shape)}, got {tuple(value.shape)}")
+        if value.dtype != dtype:
+            raise TypeError(f"{name} must have dtype {dtype}, got {value.dtype}")
 
     def sample(self, batch_size: int) -> ReplayBufferSamples:
         """``batch_size`` transitions drawn uniformly with replacement from the filled part (with
@@ -227,7 +257,7 @@ class ReplayBuffer:
 
     def state_dict(self) -> dict[str, Any]:
         """Contents (filled slots only), ring position, fill count and generator state."""
-        state: dict[str, Any] = {name: self._storage[name][: self.size].clone() for name in self._storage}
+        state: dict[str, Any] = {name: plain(self._storage[name][: self.size].clone()) for name in self._storage}
         state.update(pos=self.pos, size=self.size, buffer_size=self.buffer_size)
         state["generator"] = self.generator.get_state()
         return state
@@ -243,28 +273,37 @@ class ReplayBuffer:
             raise ValueError(f"state_dict lacks {missing}: it is from a buffer with another n_step")
         size = int(state["size"])
         for name in self._storage:
-            self._storage[name][:size] = state[name].to(self.device)
+            self._storage[name][:size] = as_tree(state[name]).to(self.device)
         self.pos, self.size = int(state["pos"]), size
         self.generator.set_state(state["generator"])
 
 
-def epsilon_greedy(q_values: Tensor, epsilon: float, generator: torch.Generator | None = None) -> Tensor:
+def epsilon_greedy(
+    q_values: Tensor, epsilon: float, generator: torch.Generator | None = None, action_mask: Tensor | None = None
+) -> Tensor:
     """Per row: argmax Q with probability 1 - epsilon, else a uniformly random action.
 
     Args:
         q_values: ``(num_envs, num_actions)``.
         epsilon: probability of a random action, in [0, 1].
         generator: source of the exploration draws (torch's global RNG if None).
+        action_mask: bool ``(num_envs, num_actions)``: the argmax and the random actions are over the
+            legal actions only (a row without one is a ``ValueError``).
 
     Returns:
         int64 ``(num_envs,)``.
     """
+    if action_mask is not None:
+        q_values = masked_logits(q_values, action_mask, check=True)
     greedy = q_values.argmax(dim=-1)
     if epsilon <= 0.0:
         return greedy
     num_envs, num_actions = q_values.shape
     explore = torch.rand(num_envs, generator=generator, device=q_values.device) < epsilon
-    random_actions = torch.randint(0, num_actions, (num_envs,), generator=generator, device=q_values.device)
+    if action_mask is None:
+        random_actions = torch.randint(0, num_actions, (num_envs,), generator=generator, device=q_values.device)
+    else:
+        random_actions = sample_legal(action_mask, generator=generator)
     return torch.where(explore, random_actions, greedy)
 
 
@@ -384,7 +423,10 @@ class ReplaySource(EnvSource):
     def _play(self, num_steps: int, random_actions: bool) -> None:
         envs, obs, n_step = self.envs, self.obs, self.buffer.n_step
         for _ in range(num_steps):
-            actions = envs.random_actions(self.generator) if random_actions else self.explore(obs, self.generator)
+            if random_actions:  # uniform over the legal actions where the env gives masks
+                actions = envs.random_actions(self.generator, obs[ACTION_MASK_KEY] if envs.has_action_mask else None)
+            else:
+                actions = self.explore(obs, self.generator)
             next_obs, rewards, terminated, truncated, info = envs.step(actions)
             dones = terminated | truncated
             # For an env that just finished, next_obs is the first obs of its next episode; the

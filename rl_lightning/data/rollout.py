@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from rl_lightning._checks import check_bool, check_int
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs.base import VectorEnv
+from rl_lightning.envs.spaces import as_tree, plain
 from rl_lightning.nets import sample_categorical
 
 # The seeds' name for categorical sampling, kept.
@@ -70,7 +71,7 @@ class Rollout:
         """
         if self.timestep >= self.max_steps:
             raise ValueError(f"Rollout is full: it already holds max_steps={self.max_steps} steps")
-        num_envs = obs.shape[0]
+        num_envs = obs.shape[0] if isinstance(obs, Tensor) else actions.shape[0]  # a dict observation: by its actions
         if actions.shape[:1] != (num_envs,):
             raise ValueError(f"actions must have shape ({num_envs}, ...) like obs, got {tuple(actions.shape)}")
         for name, value in (("logprobs", logprobs), ("rewards", rewards), ("dones", dones)):
@@ -200,7 +201,9 @@ class RolloutSource(EnvSource):
             "num_rollouts": self.num_rollouts,
             "batch_in_rollout": self.batch_in_rollout,
             # A plain dict: checkpoints load with torch.load(weights_only=True), which knows no NamedTuple.
-            "rollout": self.last_rollout._asdict() if mid_rollout else None,
+            "rollout": {name: plain(field) for name, field in self.last_rollout._asdict().items()}
+            if mid_rollout
+            else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -209,7 +212,7 @@ class RolloutSource(EnvSource):
         self.batch_in_rollout = state["batch_in_rollout"]
         rollout = state["rollout"]
         if rollout is not None:
-            rollout = RolloutTensors(**{name: tensor.to(self.device) for name, tensor in rollout.items()})
+            rollout = RolloutTensors(**{name: as_tree(tensor).to(self.device) for name, tensor in rollout.items()})
         self.last_rollout = rollout
         if self.last_rollout is None:
             self.batch_in_rollout = -1  # the next batch starts a new rollout

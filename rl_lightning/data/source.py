@@ -14,6 +14,7 @@ from torch.utils.data import IterableDataset
 from rl_lightning._checks import check_int, check_seed
 from rl_lightning.data.episodes import EpisodeTracker
 from rl_lightning.envs.base import VectorEnv
+from rl_lightning.envs.spaces import as_tree, plain
 
 #: Vector steps between two checks of the stop flag inside a rollout.
 STOP_CHECK_EVERY = 64
@@ -113,7 +114,7 @@ class EnvSource(IterableDataset):
             "generator": self.generator.get_state(),
             "env_steps": self.env_steps,
             "env_steps_before_batch": self.env_steps_before_batch,
-            "obs": None if self._obs is None else self._obs.clone(),
+            "obs": None if self._obs is None else plain(self._obs.clone()),
             "episodes": self.episodes.state_dict(),
         }
 
@@ -125,7 +126,7 @@ class EnvSource(IterableDataset):
         self.env_steps_before_batch = state["env_steps_before_batch"]
         self.episodes.load_state_dict(state["episodes"])
         if self.envs.restorable:
-            self._obs = None if state["obs"] is None else state["obs"].to(self.device)
+            self._obs = None if state["obs"] is None else as_tree(state["obs"]).to(self.device)
         else:  # the envs restart fresh: so do their episodes
             self._obs = None
             self.episodes.reset()

@@ -33,6 +33,7 @@ from gymnasium.vector.utils import batch_space
 from torch import Tensor
 
 from rl_lightning._checks import check_seed
+from rl_lightning.envs.spaces import ACTION_MASK_KEY, TensorTree, action_kind, check_leaf_spaces, leaf_dtype, mask_size
 
 _INTEGER_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 _OBS_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.uint8): torch.uint8}
@@ -48,14 +49,23 @@ def resolve_device(device: torch.device | str) -> torch.device:
 
 
 def space_kind(space: gym.Space) -> str:
-    """``"discrete"`` or ``"box"``; any other space is a ``ValueError`` naming it."""
-    if isinstance(space, gym.spaces.Discrete):
-        return "discrete"
-    if isinstance(space, gym.spaces.Box):
-        return "box"
-    raise ValueError(
-        f"unsupported space {space!r} ({type(space).__name__}): rl_lightning supports Discrete and Box spaces"
-    )
+    """``"discrete"``, ``"box"``, ``"multi_discrete"`` or ``"multi_binary"``; any other space is a
+    ``ValueError`` naming it."""
+    return action_kind(space)
+
+
+def _check_action_mask(mask_space: gym.spaces.Box | None, action_space: gym.Space) -> None:
+    """An ``"action_mask"`` leaf must be bool ``(n,)`` for ``Discrete(n)``, ``(sum(nvec),)`` for ``MultiDiscrete``."""
+    if mask_space is None:
+        return
+    size = mask_size(action_space)
+    if size is None:
+        raise ValueError(
+            f"an action mask needs a Discrete or MultiDiscrete action space, got {action_space!r}: "
+            "Box and MultiBinary actions take no mask"
+        )
+    if mask_space.dtype != np.bool_ or tuple(mask_space.shape) != (size,):
+        raise ValueError(f"the observation's 'action_mask' must be a bool Box of shape ({size},), got {mask_space!r}")
 
 
 class VectorEnv:
@@ -97,21 +107,43 @@ class VectorEnv:
         self.seed(seed)
 
         obs_space, action_space = self.single_observation_space, self.single_action_space
-        if not isinstance(obs_space, gym.spaces.Box) or obs_space.dtype not in _OBS_DTYPES:
+        self.action_kind = action_kind(action_space)
+        #: Whether observations are a dict of tensors (a :class:`TensorTree`) rather than one tensor.
+        self.structured = isinstance(obs_space, gym.spaces.Dict)
+        if self.structured:
+            leaves = check_leaf_spaces(obs_space)
+            #: ``(*obs_shape)``, or for a Dict space the shape of each key's leaf.
+            self.obs_shape: tuple[int, ...] | dict[str, tuple[int, ...]] = {
+                key: tuple(leaf.shape) for key, leaf in leaves.items()
+            }
+            self.obs_dtype: torch.dtype | dict[str, torch.dtype] = {
+                key: leaf_dtype(leaf) for key, leaf in leaves.items()
+            }
+            _check_action_mask(leaves.get(ACTION_MASK_KEY), action_space)
+        elif not isinstance(obs_space, gym.spaces.Box) or obs_space.dtype not in _OBS_DTYPES:
             raise ValueError(
-                f"single_observation_space must be a float32 or uint8 Box, got {obs_space!r}: "
-                "wrap other spaces (Dict, Tuple, ...) into one Box first"
+                f"single_observation_space must be a float32 or uint8 Box or a Dict of Box leaves, got {obs_space!r}: "
+                "wrap other spaces into one of those first"
             )
-        self.obs_shape = tuple(obs_space.shape)
-        self.obs_dtype = _OBS_DTYPES[obs_space.dtype]
-        self.action_kind = space_kind(action_space)
+        else:
+            self.obs_shape = tuple(obs_space.shape)
+            self.obs_dtype = _OBS_DTYPES[obs_space.dtype]
+        #: Whether observations carry the legal actions (the Dict key ``"action_mask"``).
+        self.has_action_mask = self.structured and ACTION_MASK_KEY in obs_space.spaces
         self.observation_space = batch_space(obs_space, num_envs)
         self.action_space = batch_space(action_space, num_envs)
         if self.action_kind == "discrete":
-            #: Number of actions of a ``Discrete`` space (None for a ``Box``).
+            #: Number of actions of a ``Discrete`` space (None for the others).
             self.num_actions: int | None = int(action_space.n)
             self.action_shape: tuple[int, ...] = ()
             self.action_dtype = torch.int64
+        elif self.action_kind in ("multi_discrete", "multi_binary"):
+            self.num_actions = None
+            self.action_shape = tuple(action_space.shape)
+            self.action_dtype = torch.int64
+            nvec = action_space.nvec if self.action_kind == "multi_discrete" else np.full(action_space.shape, 2)
+            #: The choices per dimension of a MultiDiscrete (2 for MultiBinary) action space.
+            self.action_nvec = torch.as_tensor(np.asarray(nvec, dtype=np.int64), device=self.device)
         else:
             self.num_actions = None
             self.action_shape = tuple(action_space.shape)
@@ -132,7 +164,7 @@ class VectorEnv:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         self.generator.manual_seed(check_seed("seed", seed))
 
-    def reset(self, seed: int | None = None) -> tuple[Tensor, dict[str, Any]]:
+    def reset(self, seed: int | None = None) -> tuple[Tensor | TensorTree, dict[str, Any]]:
         """Start a new episode in every env.
 
         Args:
@@ -162,12 +194,20 @@ class VectorEnv:
             actions = torch.clamp(actions.float(), self._action_low, self._action_high)
         return self._step(actions)
 
-    def random_actions(self, generator: torch.Generator | None = None) -> Tensor:
+    def random_actions(self, generator: torch.Generator | None = None, action_mask: Tensor | None = None) -> Tensor:
         """Uniformly random valid actions, one per env (``Box``: uniform within finite bounds,
-        standard normal where a bound is infinite), drawn from ``generator`` (torch's global RNG
-        if None) on ``self.device``."""
+        standard normal where a bound is infinite; with ``action_mask``, bool ``(num_envs, n)``,
+        uniform over the legal ones), drawn from ``generator`` (torch's global RNG if None) on
+        ``self.device``."""
+        if action_mask is not None:
+            return sample_legal(
+                action_mask, self.action_nvec if self.action_kind == "multi_discrete" else None, generator
+            )
         if self.action_kind == "discrete":
             return torch.randint(0, self.num_actions, (self.num_envs,), generator=generator, device=self.device)
+        if self.action_kind in ("multi_discrete", "multi_binary"):
+            uniform = torch.rand(self._actions_shape, generator=generator, device=self.device)
+            return (uniform * self.action_nvec).long().clamp_(max=self.action_nvec - 1)
         shape = (self.num_envs, *self.action_shape)
         uniform = torch.rand(shape, generator=generator, device=self.device)
         low, high = self._action_low, self._action_high
@@ -248,8 +288,11 @@ class VectorEnv:
                 f"actions must have shape {self._actions_shape} (one {'index' if self.num_actions else 'action'} "
                 f"per env), got {tuple(actions.shape)}"
             )
-        if self.action_kind == "discrete" and actions.dtype not in _INTEGER_DTYPES:
-            raise TypeError(f"actions must have an integer dtype for a Discrete action space, got {actions.dtype}")
+        if self.action_kind != "box" and actions.dtype not in _INTEGER_DTYPES:
+            raise TypeError(
+                f"actions must have an integer dtype for a {type(self.single_action_space).__name__} action space, "
+                f"got {actions.dtype}"
+            )
         if self.action_kind == "box" and not actions.is_floating_point():
             raise TypeError(f"actions must have a floating dtype for a Box action space, got {actions.dtype}")
         if actions.device != self.device:
@@ -265,5 +308,23 @@ class VectorEnv:
                 raise ValueError(
                     f"actions must be in [0, {self.num_actions}), got values in [{low.item()}, {high.item()}]"
                 )
+        elif self.action_kind in ("multi_discrete", "multi_binary"):
+            if bool(((actions < 0) | (actions >= self.action_nvec)).any()):
+                raise ValueError(
+                    f"actions must be in [0, {self.action_nvec.tolist()}) per dimension, got "
+                    f"{actions[((actions < 0) | (actions >= self.action_nvec)).any(dim=1)][0].tolist()}"
+                )
         elif not bool(torch.isfinite(actions).all()):
             raise ValueError("actions must be finite, got NaN or infinite values")
+
+
+def sample_legal(action_mask: Tensor, nvec: Tensor | None = None, generator: torch.Generator | None = None) -> Tensor:
+    """Uniformly random legal actions: int64 ``(batch,)`` for a ``Discrete`` mask ``(batch, n)``, or
+    ``(batch, len(nvec))`` for a ``MultiDiscrete`` one ``(batch, sum(nvec))`` (legal per dimension)."""
+    from rl_lightning.nets import masked_logits, sample_masked_categorical
+
+    logits = masked_logits(torch.zeros(action_mask.shape, device=action_mask.device), action_mask)
+    if nvec is None:
+        return sample_masked_categorical(logits, generator)[0]
+    parts = torch.split(logits, nvec.tolist(), dim=-1)
+    return torch.stack([sample_masked_categorical(part, generator)[0] for part in parts], dim=-1)

@@ -28,6 +28,16 @@ from torch import Tensor
 from rl_lightning._checks import check_bool, check_choice, check_int, check_seed, check_str
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.render import draw_cartpole
+from rl_lightning.envs.spaces import (
+    ACTION_MASK_KEY,
+    OBSERVATION_KEY,
+    TensorTree,
+    encode_leaf,
+    flat_parts,
+    flat_values,
+    is_structured,
+    leaf_space,
+)
 
 VECTORIZATION_MODES = ("sync", "async")
 CARTPOLE_PIXELS_ID = "rl_lightning/CartPolePixels-v1"
@@ -256,8 +266,8 @@ class GymnasiumVectorEnv(VectorEnv):
             **env_kwargs,
         )
         try:
-            self._convert_observation_space(env_id, self.gymnasium_envs.single_observation_space)
             self._convert_action_space(env_id, self.gymnasium_envs.single_action_space)
+            self._convert_observation_space(env_id, self.gymnasium_envs.single_observation_space)
             metadata = self.gymnasium_envs.metadata
             if render:
                 _check_rgb_array(env_id, metadata.get("render_modes", []))
@@ -281,7 +291,19 @@ class GymnasiumVectorEnv(VectorEnv):
         """Set ``single_observation_space`` (our form) and how to convert gymnasium's obs."""
         #: gymnasium's own observation space of one env (a Discrete one is one-hot in ours).
         self.gymnasium_observation_space = space
-        if isinstance(space, gym.spaces.Discrete):
+        #: Where the action masks come from: None (no masks), "obs" (a Dict key) or "info" (``info["action_mask"]``).
+        self.mask_source = self._find_action_masks(space)
+        if is_structured(space) or self.mask_source == "info":
+            self._obs_kind = "structured"
+            parts = flat_parts(space) if is_structured(space) else {OBSERVATION_KEY: space}
+            if self.mask_source == "info":
+                if ACTION_MASK_KEY in parts:
+                    raise ValueError(f"{env_id!r} has an action mask both in its observation and in its info")
+                parts[ACTION_MASK_KEY] = gym.spaces.MultiBinary(self._mask_size)
+            #: The gymnasium space of each of our observation keys.
+            self.observation_parts = parts
+            self.single_observation_space = gym.spaces.Dict({key: leaf_space(key, part) for key, part in parts.items()})
+        elif isinstance(space, gym.spaces.Discrete):
             self._obs_kind = "one_hot"
             self._obs_start = int(space.start)
             self._obs_size = int(space.n)
@@ -294,19 +316,42 @@ class GymnasiumVectorEnv(VectorEnv):
             low, high = _float32_bounds(space.low), _float32_bounds(space.high)
             self.single_observation_space = gym.spaces.Box(low, high, space.shape, np.float32)
         else:
-            raise _unsupported(env_id, "observation", space, "Box and Discrete observations")
+            raise _unsupported(env_id, "observation", space, "Box, Discrete, Dict and Tuple observations")
+
+    def _find_action_masks(self, space: gym.Space) -> str | None:
+        """``"obs"`` for a Dict observation with an ``"action_mask"`` key, ``"info"`` for an env whose
+        reset info has ``"action_mask"`` (Taxi-v3; looked up with one reset), else None."""
+        self._mask_size = None
+        if isinstance(space, gym.spaces.Dict) and ACTION_MASK_KEY in space.spaces:
+            return "obs"
+        if not isinstance(self.single_action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+            return None
+        _, info = self.gymnasium_envs.reset()
+        mask = info.get(ACTION_MASK_KEY) if isinstance(info, dict) else None
+        if mask is None:
+            return None
+        self._mask_size = int(np.asarray(mask).reshape(self.gymnasium_envs.num_envs, -1).shape[1])
+        return "info"
 
     def _convert_action_space(self, env_id: str, space: gym.Space) -> None:
         """Set ``single_action_space`` (our form) and how to map actions back to gymnasium's."""
+        self._action_np_dtype = getattr(space, "dtype", None)
         if isinstance(space, gym.spaces.Discrete):
             self._action_start = int(space.start)
             self.single_action_space = gym.spaces.Discrete(int(space.n))
+        elif isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
+            self._action_start = np.asarray(space.start, dtype=np.int64)
+            self.single_action_space = gym.spaces.MultiDiscrete(space.nvec.astype(np.int64))
+        elif isinstance(space, gym.spaces.MultiBinary) and len(space.shape) == 1:
+            self.single_action_space = gym.spaces.MultiBinary(space.shape[0])
         elif isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
             self._action_np_dtype = space.dtype
             low, high = _float32_bounds(space.low), _float32_bounds(space.high)
             self.single_action_space = gym.spaces.Box(low, high, space.shape, np.float32)
         else:
-            raise _unsupported(env_id, "action", space, "Discrete and floating Box actions")
+            raise _unsupported(
+                env_id, "action", space, "Discrete, floating Box, 1-d MultiDiscrete and 1-d MultiBinary actions"
+            )
 
     # -- the contract ---------------------------------------------------------------------
 
@@ -318,10 +363,12 @@ class GymnasiumVectorEnv(VectorEnv):
         super().seed(seed)
         self._reset_seed: int | None = seed
 
-    def _reset_all(self) -> Tensor:
-        obs, _ = self.gymnasium_envs.reset(seed=self._reset_seed)
+    def _reset_all(self) -> Tensor | TensorTree:
+        obs, info = self.gymnasium_envs.reset(seed=self._reset_seed)
         self._reset_seed = None  # later resets continue each env's RNG
         self._needs_reset = False
+        if self._obs_kind == "structured":
+            return self._obs_tree(obs, info)
         return self._obs_tensor(obs)
 
     def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
@@ -331,18 +378,24 @@ class GymnasiumVectorEnv(VectorEnv):
         if self.action_kind == "discrete":
             if gym_actions.dtype != np.int64 or self._action_start:
                 gym_actions = gym_actions.astype(np.int64) + self._action_start
+        elif self.action_kind == "multi_discrete":
+            gym_actions = (gym_actions + self._action_start).astype(self._action_np_dtype)
         elif self._action_np_dtype != np.float32:
             gym_actions = gym_actions.astype(self._action_np_dtype)
         obs, reward, terminated, truncated, info = self.gymnasium_envs.step(gym_actions)
-        next_obs = self._obs_tensor(obs)
         ended = info.get("_final_obs")
-        if ended is None:  # gymnasium adds the key only when an episode ended
-            final_obs = next_obs
+        if self._obs_kind == "structured":
+            next_obs: Tensor | TensorTree = self._obs_tree(obs, info)
+            final_obs = next_obs if ended is None else self._final_obs_tree(next_obs, ended, info)
         else:
-            # Built in numpy: one masked assignment costs less than a torch index_put.
-            final = np.array(obs)
-            final[ended] = np.array(info["final_obs"][ended].tolist(), dtype=final.dtype)
-            final_obs = self._obs_tensor(final, owned=True)
+            next_obs = self._obs_tensor(obs)
+            if ended is None:  # gymnasium adds the key only when an episode ended
+                final_obs = next_obs
+            else:
+                # Built in numpy: one masked assignment costs less than a torch index_put.
+                final = np.array(obs)
+                final[ended] = np.array(info["final_obs"][ended].tolist(), dtype=final.dtype)
+                final_obs = self._obs_tensor(final, owned=True)
         reward = torch.from_numpy(reward.astype(np.float32))
         # gymnasium returns fresh flag arrays: no copy needed.
         terminated, truncated = torch.from_numpy(terminated), torch.from_numpy(truncated)
@@ -362,8 +415,40 @@ class GymnasiumVectorEnv(VectorEnv):
             low, high = int(values.min()), int(values.max())
             if low < 0 or high >= self.num_actions:
                 raise ValueError(f"actions must be in [0, {self.num_actions}), got values in [{low}, {high}]")
+        elif self.action_kind in ("multi_discrete", "multi_binary"):
+            super()._check_action_values(actions)
         elif not np.isfinite(values).all():
             raise ValueError("actions must be finite, got NaN or infinite values")
+
+    def _obs_tree(self, obs: Any, info: dict[str, Any]) -> TensorTree:
+        """A batch of structured gymnasium observations (and, for masks from ``info``, its masks) as a tree."""
+        values = self._flat(obs)
+        if self.mask_source == "info":
+            values[ACTION_MASK_KEY] = info[ACTION_MASK_KEY]
+        return TensorTree(
+            {
+                key: encode_leaf(part, values[key], key, self.device).clone()
+                for key, part in self.observation_parts.items()
+            }
+        )
+
+    def _flat(self, obs: Any) -> dict[str, Any]:
+        """gymnasium's (batch of) observations by our flat keys (a Box one masked from ``info``: ``"observation"``)."""
+        space = self.gymnasium_observation_space
+        return flat_values(space, obs) if is_structured(space) else {OBSERVATION_KEY: obs}
+
+    def _final_obs_tree(self, next_obs: TensorTree, ended: np.ndarray, info: dict[str, Any]) -> TensorTree:
+        """``next_obs`` with the true last observation (and mask) of every env whose episode ended."""
+        final = next_obs.clone()
+        final_infos = info.get("final_info", {})
+        for index in np.flatnonzero(ended):
+            one = info["final_obs"][index]
+            values = self._flat(one)
+            if self.mask_source == "info":
+                values[ACTION_MASK_KEY] = np.asarray(final_infos[ACTION_MASK_KEY])[index]
+            for key, part in self.observation_parts.items():
+                final[key][index] = encode_leaf(part, np.asarray(values[key])[None], key, self.device)[0]
+        return final
 
     def _numpy(self, tensor: Tensor) -> np.ndarray:
         """``tensor`` as a numpy array on the CPU (each torch call costs microseconds here)."""

@@ -1,0 +1,288 @@
+"""Structured observations and action spaces beyond ``Discrete`` and ``Box``.
+
+- A ``Dict`` or ``Tuple`` observation is, inside rl_lightning, a flat ``gymnasium.spaces.Dict`` of
+  ``Box`` leaves (``Tuple`` parts are keys ``"0"``, ``"1"``, ...; a nested part's key is
+  ``"outer/inner"``), and a batch of such observations is a :class:`TensorTree`: a dict of tensors
+  ``(*batch, *leaf_shape)`` that indexes, reshapes and stacks like one tensor, so rollouts, buffers
+  and minibatches hold it as they hold a tensor. Leaves keep their dtype (uint8 images stay uint8);
+  ``Discrete`` parts are one-hot float32, ``MultiDiscrete`` ones concatenated one-hots,
+  ``MultiBinary`` ones float32 (:func:`leaf_space`, :func:`encode_leaf`).
+- An observation key ``"action_mask"`` (bool ``(n,)``, per dimension concatenated for
+  ``MultiDiscrete`` actions) holds the legal actions; the policies mask their logits with it
+  and the encoders leave it out of their features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import Tensor
+
+#: The observation key of the legal actions.
+ACTION_MASK_KEY = "action_mask"
+#: The key of a ``Box`` observation that gets an action mask from ``info`` beside it.
+OBSERVATION_KEY = "observation"
+#: Joins the keys of a nested part: ``{"a": {"b": ...}}`` -> ``"a/b"``.
+KEY_SEPARATOR = "/"
+
+ACTION_KINDS = ("discrete", "box", "multi_discrete", "multi_binary")
+_LEAF_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.uint8): torch.uint8, np.dtype(np.bool_): torch.bool}
+
+
+class TensorTree(dict):
+    """A dict of tensors sharing their leading (batch) dimensions, used like one tensor.
+
+    ``tree[:, :-1]``, ``tree.flatten(0, 1)``, ``tree.index_select(0, idx)``, ``tree.to(device)``,
+    ``tree.clone()``, ``torch.stack(trees, dim=1)``, ``torch.cat(trees)`` and ``torch.split(tree, n)``
+    apply to every leaf; ``tree["image"]`` is one leaf. Checkpoints hold it as a plain dict
+    (:func:`plain`: ``torch.load(weights_only=True)`` knows no other class), made a tree again by
+    :func:`as_tree`.
+    """
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return dict.__getitem__(self, key)
+        return TensorTree({name: leaf[key] for name, leaf in self.items()})
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(key, str):
+            dict.__setitem__(self, key, value)
+            return
+        for name, leaf in self.items():
+            leaf[key] = value[name]
+
+    def apply(self, function: Callable[[Tensor], Tensor]) -> TensorTree:
+        """``function`` applied to every leaf."""
+        return TensorTree({name: function(leaf) for name, leaf in self.items()})
+
+    def flatten(self, start_dim: int = 0, end_dim: int = 1) -> TensorTree:
+        """Merge batch dimensions ``start_dim..end_dim`` (both non-negative: leaves differ in rank)."""
+        return self.apply(lambda leaf: leaf.flatten(start_dim, end_dim))
+
+    def index_select(self, dim: int, index: Tensor) -> TensorTree:
+        return self.apply(lambda leaf: leaf.index_select(dim, index))
+
+    def unsqueeze(self, dim: int) -> TensorTree:
+        return self.apply(lambda leaf: leaf.unsqueeze(dim))
+
+    def squeeze(self, dim: int) -> TensorTree:
+        return self.apply(lambda leaf: leaf.squeeze(dim))
+
+    def to(self, *args: Any, **kwargs: Any) -> TensorTree:
+        return self.apply(lambda leaf: leaf.to(*args, **kwargs))
+
+    def clone(self) -> TensorTree:
+        return self.apply(Tensor.clone)
+
+    def detach(self) -> TensorTree:
+        return self.apply(Tensor.detach)
+
+    def cpu(self) -> TensorTree:
+        return self.apply(Tensor.cpu)
+
+    @property
+    def device(self) -> torch.device:
+        return next(iter(self.values())).device
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func in (torch.stack, torch.cat):
+            trees = list(args[0])
+            dim = args[1] if len(args) > 1 else kwargs.pop("dim", 0)
+            return TensorTree({name: func([tree[name] for tree in trees], dim) for name in trees[0]})
+        if func is torch.split:
+            tree, size = args[0], args[1]
+            dim = args[2] if len(args) > 2 else kwargs.pop("dim", 0)
+            parts = {name: torch.split(leaf, size, dim) for name, leaf in tree.items()}
+            count = len(next(iter(parts.values())))
+            return tuple(TensorTree({name: parts[name][index] for name in parts}) for index in range(count))
+        raise TypeError(f"{getattr(func, '__name__', func)} is not defined for a TensorTree (a dict observation)")
+
+
+def as_tree(value: Any) -> Any:
+    """A dict (of tensors) as a :class:`TensorTree`; anything else as it is."""
+    return TensorTree(value) if isinstance(value, dict) and not isinstance(value, TensorTree) else value
+
+
+def plain(value: Any) -> Any:
+    """A :class:`TensorTree` as a plain dict (what checkpoints hold); anything else as it is."""
+    return dict(value) if isinstance(value, TensorTree) else value
+
+
+def is_structured(space: gym.Space) -> bool:
+    """Whether ``space`` is a ``Dict`` or a ``Tuple``."""
+    return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
+
+
+def flat_parts(space: gym.Space, prefix: str = "") -> dict[str, gym.Space]:
+    """The leaf spaces of a ``Dict`` / ``Tuple`` space by flat key (``Tuple`` parts ``"0"``, ``"1"``,
+    ..., nested ones ``"outer/inner"``), in the space's order."""
+    items: Sequence[tuple[str, gym.Space]]
+    if isinstance(space, gym.spaces.Dict):
+        items = list(space.spaces.items())
+    elif isinstance(space, gym.spaces.Tuple):
+        items = [(str(index), part) for index, part in enumerate(space.spaces)]
+    else:
+        return {prefix: space}
+    parts: dict[str, gym.Space] = {}
+    for key, part in items:
+        if not isinstance(key, str) or not key or KEY_SEPARATOR in key or "." in key:
+            raise ValueError(f"observation keys must be non-empty strings without '/' or '.', got {key!r}")
+        parts.update(flat_parts(part, f"{prefix}{KEY_SEPARATOR}{key}" if prefix else key))
+    return parts
+
+
+def flat_values(space: gym.Space, obs: Any, prefix: str = "") -> dict[str, Any]:
+    """The leaves of an observation of ``space`` (a dict / tuple, as gymnasium gives it) by flat key."""
+    if isinstance(space, gym.spaces.Dict):
+        if not isinstance(obs, Mapping):
+            raise TypeError(f"obs must be a dict with keys {sorted(space.spaces)}, got {type(obs).__name__}")
+        missing = sorted(set(space.spaces) - set(obs))
+        if missing:
+            raise ValueError(f"obs lacks the key(s) {missing} of the observation space (keys {sorted(space.spaces)})")
+        items = [(key, obs[key]) for key in space.spaces]
+        parts = list(space.spaces.values())
+    elif isinstance(space, gym.spaces.Tuple):
+        if not isinstance(obs, (tuple, list)) or len(obs) != len(space.spaces):
+            raise TypeError(f"obs must be a tuple of {len(space.spaces)} parts, got {type(obs).__name__}")
+        items = [(str(index), value) for index, value in enumerate(obs)]
+        parts = list(space.spaces)
+    else:
+        return {prefix: obs}
+    values: dict[str, Any] = {}
+    for (key, value), part in zip(items, parts, strict=True):
+        values.update(flat_values(part, value, f"{prefix}{KEY_SEPARATOR}{key}" if prefix else key))
+    return values
+
+
+def _is_image(space: gym.spaces.Box) -> bool:
+    shape = space.shape
+    return space.dtype == np.uint8 and (len(shape) == 2 or (len(shape) == 3 and shape[-1] in (1, 3)))
+
+
+def _float32(bound: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):  # a float64 bound beyond float32's range becomes +-inf
+        return np.asarray(bound).astype(np.float32)
+
+
+def leaf_space(key: str, space: gym.Space) -> gym.spaces.Box:
+    """Our form of one part of a structured observation (see the module's doc); a ``ValueError``
+    naming the key for a part that has none (``Text``, ``Graph``, ``Sequence``, ...)."""
+    if key.split(KEY_SEPARATOR)[-1] == ACTION_MASK_KEY:
+        if isinstance(space, (gym.spaces.MultiBinary, gym.spaces.Box)) and len(space.shape) == 1:
+            return gym.spaces.Box(0, 1, space.shape, np.bool_)
+        raise ValueError(f"the action mask {key!r} must be a MultiBinary(n) or a 1-d Box, got {space!r}")
+    if isinstance(space, gym.spaces.Box):
+        if _is_image(space):
+            return space
+        return gym.spaces.Box(_float32(space.low), _float32(space.high), space.shape, np.float32)
+    if isinstance(space, gym.spaces.Discrete):
+        return gym.spaces.Box(0.0, 1.0, (int(space.n),), np.float32)
+    if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        return gym.spaces.Box(0.0, 1.0, (int(space.nvec.sum()),), np.float32)
+    if isinstance(space, gym.spaces.MultiBinary) and len(space.shape) == 1:
+        return gym.spaces.Box(0.0, 1.0, space.shape, np.float32)
+    raise ValueError(
+        f"the observation part {key!r} is {space!r} ({type(space).__name__}): rl_lightning takes Box, Discrete, "
+        "1-d MultiDiscrete and 1-d MultiBinary parts; wrap the env to convert it"
+    )
+
+
+def encode_leaf(space: gym.Space, values: Any, key: str, device: torch.device | str = "cpu") -> Tensor:
+    """A batch of one part's gymnasium observations ``(batch, ...)`` (numpy or tensors) in our form
+    (:func:`leaf_space`) on ``device``: a ``Discrete(n, start)`` index one-hot, ``MultiDiscrete``
+    indices concatenated one-hots, masks bool, anything else float32 (uint8 images kept)."""
+    if key.split(KEY_SEPARATOR)[-1] == ACTION_MASK_KEY:
+        return torch.as_tensor(np.asarray(values.cpu() if isinstance(values, Tensor) else values)).to(device).bool()
+    if isinstance(space, gym.spaces.Discrete):
+        index = torch.as_tensor(np.asarray(values, dtype=np.int64)).reshape(-1).to(device) - int(space.start)
+        return torch.zeros(index.shape[0], int(space.n), device=device).scatter_(1, index.unsqueeze(1), 1.0)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        index = torch.as_tensor(np.asarray(values, dtype=np.int64)).reshape(-1, len(space.nvec)).to(device)
+        index = index - torch.as_tensor(np.asarray(space.start, dtype=np.int64), device=device)
+        nvec = space.nvec.tolist()
+        return torch.cat([torch.nn.functional.one_hot(index[:, i], n).float() for i, n in enumerate(nvec)], dim=1)
+    array = values if isinstance(values, Tensor) else torch.as_tensor(np.asarray(values))
+    if isinstance(space, gym.spaces.Box) and _is_image(space):
+        return array.to(device, torch.uint8)
+    return array.to(device, torch.float32)
+
+
+def encode_observation(
+    space: gym.Space, parts: Mapping[str, gym.Space], obs: Any, device: torch.device | str = "cpu"
+) -> TensorTree:
+    """A batch of gymnasium observations of the structured ``space`` (a dict of batched arrays, as
+    gymnasium's vector envs give them) as a :class:`TensorTree` of our leaves."""
+    values = flat_values(space, obs)
+    return TensorTree({key: encode_leaf(part, values[key], key, device) for key, part in parts.items()})
+
+
+def check_leaf_spaces(space: gym.spaces.Dict) -> dict[str, gym.spaces.Box]:
+    """The leaves of one of our structured spaces (a flat ``Dict`` of float32, uint8 or bool ``Box``
+    leaves); a ``ValueError`` saying which leaf is not."""
+    leaves = {}
+    for key, leaf in space.spaces.items():
+        if not isinstance(leaf, gym.spaces.Box) or leaf.dtype not in _LEAF_DTYPES:
+            raise ValueError(
+                f"the observation key {key!r} must be a float32, uint8 or bool Box, got {leaf!r}: "
+                "nested or other parts are converted by rl_lightning.envs.spaces.leaf_space"
+            )
+        leaves[key] = leaf
+    return leaves
+
+
+def leaf_dtype(space: gym.spaces.Box) -> torch.dtype:
+    """The torch dtype of one of our leaves."""
+    return _LEAF_DTYPES[np.dtype(space.dtype)]
+
+
+def zeros_like_space(space: gym.Space, batch: int, device: torch.device | str = "cpu") -> Tensor | TensorTree:
+    """A batch of zero observations of one of our spaces (masks all True: every action legal)."""
+    if isinstance(space, gym.spaces.Dict):
+        return TensorTree(
+            {
+                key: (torch.ones if key == ACTION_MASK_KEY else torch.zeros)(
+                    (batch, *leaf.shape), dtype=leaf_dtype(leaf), device=device
+                )
+                for key, leaf in space.spaces.items()
+            }
+        )
+    dtype = torch.uint8 if space.dtype == np.uint8 else torch.float32
+    return torch.zeros((batch, *space.shape), dtype=dtype, device=device)
+
+
+def action_kind(space: gym.Space) -> str:
+    """``"discrete"``, ``"box"``, ``"multi_discrete"`` or ``"multi_binary"``; any other action space is a
+    ``ValueError`` naming it."""
+    if isinstance(space, gym.spaces.Discrete):
+        return "discrete"
+    if isinstance(space, gym.spaces.Box):
+        return "box"
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        if space.nvec.ndim != 1:
+            raise ValueError(f"a MultiDiscrete action space must be 1-d, got nvec of shape {space.nvec.shape}")
+        return "multi_discrete"
+    if isinstance(space, gym.spaces.MultiBinary):
+        if len(space.shape) != 1:
+            raise ValueError(f"a MultiBinary action space must be 1-d, got shape {space.shape}")
+        return "multi_binary"
+    raise ValueError(
+        f"unsupported space {space!r} ({type(space).__name__}): rl_lightning supports Discrete, Box, MultiDiscrete "
+        "and MultiBinary action spaces"
+    )
+
+
+def mask_size(space: gym.Space) -> int | None:
+    """The length of an action mask for ``space``: n for ``Discrete(n)``, sum(nvec) for ``MultiDiscrete``
+    (None: the space takes no mask)."""
+    kind = action_kind(space)
+    if kind == "discrete":
+        return int(space.n)
+    if kind == "multi_discrete":
+        return int(space.nvec.sum())
+    return None
