@@ -508,8 +508,9 @@ class RLModule(L.LightningModule):
     @staticmethod
     def check_finite_outputs(outputs: Tensor, what: str) -> None:
         """Raise ``FloatingPointError`` if a network's ``outputs`` (logits, means, Q-values) are not
-        all finite: an action picked from NaN would silently be action 0."""
-        if not bool(torch.isfinite(outputs).all()):
+        all finite (``-inf`` is a masked logit, allowed): an action picked from NaN would silently be
+        action 0."""
+        if not bool((torch.isfinite(outputs) | torch.isneginf(outputs)).all()):
             raise FloatingPointError(
                 f"the {what} are not finite (NaN or infinite): the weights or the observation are; "
                 "a run that diverged stops with an error before saving, so load an earlier checkpoint"

@@ -27,7 +27,7 @@ from rl_lightning.data.replay import ReplayBufferSamples, epsilon_greedy
 from rl_lightning.envs.spaces import ACTION_MASK_KEY
 from rl_lightning.export import GreedyPolicy
 from rl_lightning.losses import compute_td_loss, compute_td_target
-from rl_lightning.nets import QNetwork, masked_logits
+from rl_lightning.nets import QNetwork, is_masked, masked_logits
 from rl_lightning.seeding import seeded
 
 
@@ -146,6 +146,8 @@ class DQNModule(OffPolicyModule):
             self.q_network = QNetwork(self.observation_space, self.action_space, hidden_sizes, network)
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
         self._epsilon = float(epsilon_start)
+        #: Whether the env gives action masks: then acting, exploring and the TD target's max are over legal actions.
+        self.masked = is_masked(self.observation_space)
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -169,7 +171,7 @@ class DQNModule(OffPolicyModule):
         return epsilon_greedy(q_values, 0.0 if greedy else self._epsilon, action_mask=self._action_mask(obs))
 
     def _action_mask(self, obs: Any) -> Tensor | None:
-        return obs[ACTION_MASK_KEY] if self.q_network.masked else None
+        return obs[ACTION_MASK_KEY] if self.masked else None
 
     def forward(self, obs: Tensor) -> Tensor:
         """Q-values ``(batch, num_actions)``."""

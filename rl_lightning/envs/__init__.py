@@ -19,6 +19,7 @@ from rl_lightning.envs.probes import (
     Probe5,
 )
 from rl_lightning.envs.registry import make_envs, register, registered_env_ids, solved_return
+from rl_lightning.envs.structured_probes import DictProbe, MaskedProbe, MultiBinaryProbe, MultiDiscreteProbe
 
 # solved_return: gymnasium's reward_threshold where it has one; Pendulum-v1 has none, -200 is the
 # usual bar (RL Zoo, CleanRL); MemoryProbe's optimum is 1.
@@ -32,6 +33,10 @@ register("MountainCarContinuous-v0", MountainCarContinuous, solved_return=90.0)
 register("Pendulum-v1", Pendulum, solved_return=-200.0)
 for _probe in (Probe1, Probe2, Probe3, Probe4, Probe5, ContinuousProbe1, ContinuousProbe2, ImageProbe5):
     register(f"{_probe.__name__}-v0", _probe)
+register("DictProbe-v0", DictProbe, solved_return=1.0)
+register("MultiDiscreteProbe-v0", MultiDiscreteProbe, solved_return=1.0)
+register("MultiBinaryProbe-v0", MultiBinaryProbe, solved_return=1.0)
+register("MaskedProbe-v0", MaskedProbe)
 
 __all__ = [
     "Acrobot",
@@ -39,12 +44,16 @@ __all__ = [
     "CartPoleNoVel",
     "ContinuousProbe1",
     "ContinuousProbe2",
+    "DictProbe",
     "FusedCartPole",
     "GymnasiumVectorEnv",
     "ImageProbe5",
+    "MaskedProbe",
     "MemoryProbe",
     "MountainCar",
     "MountainCarContinuous",
+    "MultiBinaryProbe",
+    "MultiDiscreteProbe",
     "Pendulum",
     "Probe1",
     "Probe2",
