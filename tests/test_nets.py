@@ -187,8 +187,8 @@ def test_bad_network_arguments_raise(kwargs, error, match):
 def test_a_q_network_needs_discrete_actions():
     with pytest.raises(ValueError, match="Discrete"):
         QNetwork((4,), gym.spaces.Box(-1, 1, (2,)))
-    with pytest.raises(ValueError, match="MultiBinary"):
-        PolicyNetwork((4,), gym.spaces.MultiBinary(3))
+    with pytest.raises(ValueError, match="Tuple"):
+        PolicyNetwork((4,), gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(2))))
 
 
 # -- SAC's and TD3's networks ---------------------------------------------------------------------

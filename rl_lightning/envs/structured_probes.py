@@ -49,7 +49,7 @@ class _OneStepProbe(VectorEnv):
 
     def __init__(self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu"):
         super().__init__(num_envs, seed, device)
-        self._bits = self._draw(num_envs)
+        self._bits = torch.zeros(num_envs, self.num_bits, dtype=torch.int64, device=self.device)  # drawn by reset
 
     def _draw(self, count: int) -> Tensor:
         return (torch.rand(count, self.num_bits, generator=self.generator, device=self.device) < 0.5).long()
@@ -153,7 +153,7 @@ class MaskedProbe(_OneStepProbe):
 
     num_bits = 1
     rewards = (1.0, 0.5, -0.5, 0.0)
-    _state_attributes = ("_bits", "illegal_actions")
+    _state_attributes = ("_bits", "_illegal_actions")
 
     def __init__(self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu"):
         self.single_observation_space = gym.spaces.Dict(
@@ -163,10 +163,14 @@ class MaskedProbe(_OneStepProbe):
             }
         )
         self.single_action_space = gym.spaces.Discrete(4)
-        #: Illegal actions this env was given (it pays them anyway: only this count shows them).
-        self.illegal_actions = 0
         super().__init__(num_envs, seed, device)
+        self._illegal_actions = torch.zeros((), dtype=torch.int64, device=self.device)  # counted on the device
         self._reward_table = torch.tensor(self.rewards, device=self.device)
+
+    @property
+    def illegal_actions(self) -> int:
+        """Illegal actions this env was given (it pays them anyway: only this count shows them)."""
+        return int(self._illegal_actions)
 
     @staticmethod
     def masks(bits: Tensor) -> Tensor:
@@ -183,5 +187,5 @@ class MaskedProbe(_OneStepProbe):
 
     def _reward(self, bits: Tensor, actions: Tensor) -> Tensor:
         legal = self.masks(bits).gather(1, actions.long().unsqueeze(1)).squeeze(1)
-        self.illegal_actions += int((~legal).sum())
+        self._illegal_actions += (~legal).sum()
         return self._reward_table[actions.long()]

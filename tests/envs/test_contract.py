@@ -26,12 +26,25 @@ RANDOM_ENV_IDS = {
     "Probe5-v0",
     "ContinuousProbe2-v0",
     "ImageProbe5-v0",
+    "DictProbe-v0",
+    "MaskedProbe-v0",
+    "MultiBinaryProbe-v0",
+    "MultiDiscreteProbe-v0",
 }
 DISCRETE_ENV_IDS = [env_id for env_id in ENV_IDS if make_envs(env_id, 1).action_kind == "discrete"]
 BOX_ENV_IDS = [env_id for env_id in ENV_IDS if make_envs(env_id, 1).action_kind == "box"]
 
 
+def _equal(a, b) -> bool:
+    """``torch.equal``, key by key for dict observations."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+    return torch.equal(a, b)
+
+
 def _random_actions(env: VectorEnv, generator: torch.Generator) -> torch.Tensor:
+    if env.action_kind in ("multi_discrete", "multi_binary"):
+        return env.random_actions(generator)
     if env.action_kind == "discrete":
         actions = torch.randint(0, env.num_actions, (env.num_envs,), generator=generator)
     else:  # beyond the bounds too: the env clips
@@ -65,6 +78,9 @@ def test_registry_holds_cartpole_and_the_five_probes():
 def test_reset_and_step_shapes_dtypes_devices(env_id, device):
     env = make_envs(env_id, NUM_ENVS, seed=0, device=device)
     assert env.num_envs == NUM_ENVS and env.device == resolve_device(device)
+    if env.structured:
+        _check_dict_observations(env, device)
+        return
     obs_shape = tuple(env.single_observation_space.shape)
     assert env.obs_shape == obs_shape
 
@@ -85,6 +101,21 @@ def test_reset_and_step_shapes_dtypes_devices(env_id, device):
         assert tensor.device.type == torch.device(device).type
 
 
+def _check_dict_observations(env: VectorEnv, device: str) -> None:
+    """Each key ``(num_envs, *shape)`` of its leaf's dtype (float32, uint8 or bool), on the device."""
+    leaves = env.single_observation_space.spaces
+    assert env.obs_shape == {key: leaf.shape for key, leaf in leaves.items()}
+    obs, _ = env.reset()
+    obs2, reward, terminated, _, info = env.step(_zero_actions(env))
+    for tree in (obs, obs2, info["final_observation"]):
+        assert tree.keys() == leaves.keys()
+        for key, leaf in tree.items():
+            assert leaf.shape == (NUM_ENVS, *env.obs_shape[key]) and leaf.dtype == env.obs_dtype[key]
+            assert leaf.device.type == torch.device(device).type
+            assert env.single_observation_space[key].contains(leaf[0].cpu().numpy())
+    assert reward.shape == (NUM_ENVS,) and terminated.dtype == torch.bool
+
+
 @pytest.mark.parametrize("env_id", DISCRETE_ENV_IDS)
 def test_every_integer_action_dtype_is_accepted(env_id):
     env = make_envs(env_id, NUM_ENVS, seed=0)
@@ -94,7 +125,7 @@ def test_every_integer_action_dtype_is_accepted(env_id):
         assert reward.shape == (NUM_ENVS,)
 
 
-@pytest.mark.parametrize("env_id", DISCRETE_ENV_IDS)
+@pytest.mark.parametrize("env_id", [env_id for env_id in DISCRETE_ENV_IDS if not make_envs(env_id, 1).structured])
 def test_gymnasium_spaces(env_id):
     env = make_envs(env_id, NUM_ENVS, seed=0)
     assert isinstance(env.single_observation_space, gym.spaces.Box)
@@ -133,14 +164,14 @@ def test_same_seed_same_trajectory(env_id):
     first = _rollout(make_envs(env_id, NUM_ENVS, seed=123), num_steps=60)
     second = _rollout(make_envs(env_id, NUM_ENVS, seed=123), num_steps=60)
     for a, b in zip(first, second, strict=True):
-        assert torch.equal(a, b)
+        assert _equal(a, b)
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_different_seeds_differ_only_for_random_envs(env_id):
     first = _rollout(make_envs(env_id, NUM_ENVS, seed=1), num_steps=30)
     second = _rollout(make_envs(env_id, NUM_ENVS, seed=2), num_steps=30)
-    assert torch.equal(first[0], second[0]) == (env_id not in RANDOM_ENV_IDS)
+    assert _equal(first[0], second[0]) == (env_id not in RANDOM_ENV_IDS)
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -150,9 +181,9 @@ def test_instances_do_not_share_randomness(env_id):
     env_b = make_envs(env_id, NUM_ENVS, seed=7)
     global_rng = torch.get_rng_state()
     _rollout(env_a, num_steps=100, action_seed=5)  # draws from env_a's generator only
-    assert torch.equal(torch.get_rng_state(), global_rng)
+    assert _equal(torch.get_rng_state(), global_rng)
     for a, b in zip(reference, _rollout(env_b, num_steps=40), strict=True):
-        assert torch.equal(a, b)
+        assert _equal(a, b)
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -161,7 +192,7 @@ def test_reset_with_seed_reseeds(env_id):
     used = make_envs(env_id, NUM_ENVS, seed=0)
     _rollout(used, num_steps=25, action_seed=3)
     for a, b in zip(fresh, _rollout(used, num_steps=40, reset_seed=42), strict=True):
-        assert torch.equal(a, b)
+        assert _equal(a, b)
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -171,7 +202,7 @@ def test_rng_state_round_trip_replays_the_future(env_id):
     state = env.get_rng_state()
     first = env.reset()[0]
     env.set_rng_state(state)
-    assert torch.equal(env.reset()[0], first)
+    assert _equal(env.reset()[0], first)
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -182,7 +213,7 @@ def test_final_observation_equals_obs_unless_the_episode_ended(env_id):
     obs, _, terminated, truncated, final_obs = _rollout(env, num_steps=num_steps)
     done = terminated | truncated
     assert done.any(), "the rollout must contain episode ends"
-    assert torch.equal(final_obs[~done], obs[1:][~done])
+    assert _equal(final_obs[~done], obs[1:][~done])
     assert not (terminated & truncated).all()
 
 
@@ -195,11 +226,11 @@ def test_returned_obs_is_not_mutated_by_later_steps(env_id):
     kept_final = info["final_observation"].clone()
     for _ in range(5):
         env.step(_zero_actions(env))
-    assert torch.equal(obs, kept)
-    assert torch.equal(info["final_observation"], kept_final)
+    assert _equal(obs, kept)
+    assert _equal(info["final_observation"], kept_final)
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("env_id", [env_id for env_id in ENV_IDS if make_envs(env_id, 1).can_draw])
 def test_draw_gives_uint8_rgb_for_single_and_batched_obs(env_id):
     env = make_envs(env_id, NUM_ENVS, seed=0)
     obs, _ = env.reset()
@@ -208,7 +239,7 @@ def test_draw_gives_uint8_rgb_for_single_and_batched_obs(env_id):
     assert single.ndim == 3 and single.shape[-1] == 3 and min(single.shape[:2]) >= 8
     batched = env.draw(obs)
     assert batched.shape == (NUM_ENVS, *single.shape) and batched.dtype == torch.uint8
-    assert torch.equal(batched[0], single)
+    assert _equal(batched[0], single)
     time_batched = env.draw(torch.stack([obs, obs, obs]))
     assert time_batched.shape == (3, NUM_ENVS, *single.shape)
     assert isinstance(env.render_fps, int) and env.render_fps > 0
@@ -218,7 +249,7 @@ def test_cartpole_draw_moves_with_the_cart():
     env = CartPole(1, seed=0)
     left = env.draw(torch.tensor([-1.5, 0.0, 0.0, 0.0]))
     right = env.draw(torch.tensor([1.5, 0.0, 0.0, 0.0]))
-    assert (left != 255).any() and not torch.equal(left, right)
+    assert (left != 255).any() and not _equal(left, right)
     width = left.shape[1]
 
     def cart_column(image):
@@ -335,7 +366,7 @@ def test_cartpole_gpu_alias_builds_the_same_env():
     assert isinstance(alias, CartPole)
     original = _rollout(make_envs("CartPole-v1", NUM_ENVS, seed=3), 50)
     for a, b in zip(_rollout(alias, 50), original, strict=True):
-        assert torch.equal(a, b)
+        assert _equal(a, b)
 
 
 def test_solved_return_is_the_native_envs_or_gymnasiums_reward_threshold():

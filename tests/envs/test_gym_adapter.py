@@ -460,13 +460,10 @@ class _SpaceEnv(gym.Env):
 
 _DISCRETE = gym.spaces.Discrete(3)
 UNSUPPORTED = {
-    "DictObs": (gym.spaces.Dict({"a": gym.spaces.Discrete(2)}), _DISCRETE, "observation", "Dict"),
-    "TupleObs": (gym.spaces.Tuple((_DISCRETE, _DISCRETE)), _DISCRETE, "observation", "Tuple"),
     "MultiDiscreteObs": (gym.spaces.MultiDiscrete([2, 3]), _DISCRETE, "observation", "MultiDiscrete"),
     "MultiBinaryObs": (gym.spaces.MultiBinary(4), _DISCRETE, "observation", "MultiBinary"),
     "TupleAction": (_DISCRETE, gym.spaces.Tuple((_DISCRETE, _DISCRETE)), "action", "Tuple"),
-    "MultiDiscreteAction": (_DISCRETE, gym.spaces.MultiDiscrete([2, 3]), "action", "MultiDiscrete"),
-    "MultiBinaryAction": (_DISCRETE, gym.spaces.MultiBinary(2), "action", "MultiBinary"),
+    "MultiDiscrete2dAction": (_DISCRETE, gym.spaces.MultiDiscrete([[2, 3]]), "action", "MultiDiscrete"),
     "IntBoxAction": (_DISCRETE, gym.spaces.Box(0, 3, (2,), np.int64), "action", "Box"),
 }
 
@@ -485,6 +482,47 @@ def test_unsupported_spaces_raise_naming_the_space_and_the_id(name):
     env_id = _register_space_env(name, obs_space, action_space)
     with pytest.raises(ValueError, match=rf"'{env_id}' has an unsupported {which} space .*\({space_name}\)"):
         make_envs(env_id, 2, seed=0)
+
+
+def test_multi_discrete_and_multi_binary_actions_pass_through_with_their_start():
+    env_id = _register_space_env("MultiAction", _DISCRETE, gym.spaces.MultiDiscrete([2, 3], start=[1, -1]))
+    env = make_envs(env_id, 2, seed=0)
+    assert env.single_action_space == gym.spaces.MultiDiscrete([2, 3]) and env.action_kind == "multi_discrete"
+    env.reset()
+    _, reward, *_ = env.step(torch.tensor([[0, 0], [1, 2]]))
+    assert reward.tolist() == [0.0, 3.0]  # gymnasium got (1, -1) and (2, 1)
+    env_id = _register_space_env("BinaryAction", _DISCRETE, gym.spaces.MultiBinary(3))
+    env = make_envs(env_id, 2, seed=0)
+    env.reset()
+    _, reward, *_ = env.step(torch.tensor([[1, 0, 1], [0, 0, 0]]))
+    assert reward.tolist() == [2.0, 0.0]
+
+
+def test_dict_observations_with_an_unconvertible_part_name_it():
+    space = gym.spaces.Dict({"text": gym.spaces.Text(5), "x": gym.spaces.Box(0, 1, (2,))})
+    env_id = _register_space_env("TextPart", space, _DISCRETE)
+    with pytest.raises(ValueError, match=r"the observation part 'text' is Text"):
+        make_envs(env_id, 2, seed=0)
+
+
+def test_dict_and_tuple_observations_are_flat_keys_of_our_leaves():
+    space = gym.spaces.Dict(
+        {
+            "pos": gym.spaces.Tuple((gym.spaces.Discrete(3, start=1), gym.spaces.Box(-2, 2, (2,), np.float64))),
+            "pixels": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8),
+            "flags": gym.spaces.MultiBinary(2),
+            "grid": gym.spaces.MultiDiscrete([2, 3]),
+        }
+    )
+    env_id = _register_space_env("Nested", space, _DISCRETE)
+    env = make_envs(env_id, 2, seed=0)
+    assert env.obs_shape == {"flags": (2,), "grid": (5,), "pixels": (8, 8, 3), "pos/0": (3,), "pos/1": (2,)}
+    assert env.obs_dtype["pixels"] == torch.uint8 and env.obs_dtype["pos/1"] == torch.float32
+    obs, _ = env.reset()
+    first = env.gymnasium_envs.envs[0].unwrapped._first
+    assert int(obs["pos/0"][0].argmax()) == first["pos"][0] - 1
+    assert obs["grid"][0].tolist()[:2] == np.eye(2)[first["grid"][0]].tolist()
+    assert torch.equal(obs["pixels"][0], torch.from_numpy(first["pixels"]))
 
 
 def test_discrete_spaces_with_a_start_are_shifted():

@@ -14,11 +14,23 @@ from rl_lightning.cli import make_cli
 FLATTEN = "gymnasium.wrappers.FlattenObservation"
 
 
-def test_a_tuple_observation_is_refused_saying_how_to_flatten_it():
+def test_an_unconvertible_observation_says_how_to_flatten_it():
+    env_id = "rl_lightning_test/GraphObs-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=_GraphEnv, max_episode_steps=5)
     with pytest.raises(
-        ValueError, match=r"Tuple.*env_kwargs=\{'wrappers': \['gymnasium\.wrappers\.FlattenObservation'\]\}"
+        ValueError, match=r"Graph.*env_kwargs=\{'wrappers': \['gymnasium\.wrappers\.FlattenObservation'\]\}"
     ):
-        make_envs("Blackjack-v1", 2)
+        make_envs(env_id, 2)
+
+
+class _GraphEnv(gym.Env):
+    observation_space = gym.spaces.Graph(gym.spaces.Box(0, 1, (2,)), None)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
 
 
 @pytest.mark.parametrize("wrapper", [FLATTEN, gym.wrappers.FlattenObservation, {"class_path": FLATTEN}])
