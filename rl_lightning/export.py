@@ -21,8 +21,9 @@ A recurrent policy (``PPOModule(recurrent="lstm" | "gru")``) also takes and retu
 Start every env from a zero state (or with ``episode_start`` all True), then feed back each call's
 ``next_state``. In ONNX the inputs are named ``obs``, ``state``, ``episode_start`` and the outputs
 ``actions``, ``next_state``. The batch dimension is dynamic in every format. Observation
-normalisation, when the module has it, is inside. No env, no Lightning and no rl_lightning are
-needed to run it:
+normalisation, when the module has it, is inside. A Dict observation is one input per key (named
+after the key in ONNX, in the observation space's order; an action mask is one of them, bool).
+No env, no Lightning and no rl_lightning are needed to run it:
 
 - ``.pt2`` (``torch.export``): ``torch.export.load(path).module()(obs)``;
 - ``.onnx`` (the ``onnx`` extra): ``onnxruntime.InferenceSession(path).run(None, {"obs": obs})``;
@@ -41,6 +42,8 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
+
+from rl_lightning.envs.spaces import TensorTree
 
 #: File formats by suffix.
 FORMATS = {
@@ -119,7 +122,30 @@ class RecurrentGreedyPolicy(nn.Module):
         return (actions if actions.dtype == torch.int64 else actions.float()), next_state
 
 
-def export_policy(policy: nn.Module, example_obs: Tensor, path: str | Path, format: str | None = None) -> Path:
+class KeyedInputs(nn.Module):
+    """A policy of Dict observations with one input tensor per key (``keys`` in order, then a
+    recurrent policy's state and episode start): what ONNX, ``torch.export`` and TorchScript take.
+    The action-mask check (a read of the mask's values) is off inside: an exported graph cannot
+    branch on data."""
+
+    def __init__(self, policy: nn.Module, keys: list[str]):
+        super().__init__()
+        self.policy = policy
+        self.keys = list(keys)
+        for module in policy.modules():
+            if hasattr(module, "check_masks"):
+                module.check_masks = False
+        if callable(getattr(policy, "initial_state", None)):
+            self.initial_state = policy.initial_state
+
+    def forward(self, *inputs: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        obs = TensorTree(dict(zip(self.keys, inputs[: len(self.keys)], strict=True)))
+        return self.policy(obs, *inputs[len(self.keys) :])
+
+
+def export_policy(
+    policy: nn.Module, example_obs: Tensor | TensorTree, path: str | Path, format: str | None = None
+) -> Path:
     """Save ``policy`` to ``path`` with a dynamic batch dimension: as a ``torch.export`` program
     (``.pt2``), ONNX through the dynamo exporter (``.onnx``, needs the ``onnx`` extra) or TorchScript
     (``.pt``, ``.ts``). The inputs and outputs are the module docstring's.
@@ -129,7 +155,8 @@ def export_policy(policy: nn.Module, example_obs: Tensor, path: str | Path, form
             (or any module with their signature; ``initial_state(batch)`` marks a recurrent one), on
             the CPU.
         example_obs: ``(batch, *obs_shape)`` observations to export with (batch >= 2: torch.export
-            cannot make a dimension of size 1 dynamic).
+            cannot make a dimension of size 1 dynamic); for Dict observations a dict of such tensors:
+            the export then has one input per key, named after it (ONNX), in the dict's order.
         format: ``"export"``, ``"onnx"`` or ``"torchscript"``; None: from the suffix of ``path``.
 
     Returns:
@@ -145,6 +172,11 @@ def export_policy(policy: nn.Module, example_obs: Tensor, path: str | Path, form
     if format not in set(FORMATS.values()):
         raise ValueError(f"format must be one of {sorted(set(FORMATS.values()))} or None, got {format!r}")
     policy = policy.eval()
+    obs_names = ["obs"]
+    if isinstance(example_obs, dict):
+        obs_names = list(example_obs)
+        policy = KeyedInputs(policy, obs_names).eval()
+        example_obs = tuple(example_obs.values())
     inputs = _example_inputs(policy, example_obs)
     if format == "onnx":
         try:
@@ -162,56 +194,67 @@ def export_policy(policy: nn.Module, example_obs: Tensor, path: str | Path, form
         raise OSError(error.errno, f"cannot write the export {path}: {error.strerror or error}") from error
     temporary = Path(temporary_name)
     try:
-        _export(policy, inputs, temporary, format)
+        _export(policy, inputs, temporary, format, obs_names)
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
     return path
 
 
-def _export(policy: nn.Module, inputs: tuple[Tensor, ...], path: Path, format: str) -> None:
+def _export(policy: nn.Module, inputs: tuple[Tensor, ...], path: Path, format: str, obs_names: list[str]) -> None:
+    recurrent = callable(getattr(policy, "initial_state", None))
+    dynamic_shapes = _dynamic_shapes(inputs, recurrent)
+    if isinstance(policy, KeyedInputs):  # forward(*inputs): one varargs argument holding them all
+        dynamic_shapes = (dynamic_shapes,)
     with torch.no_grad(), _without_torch_internal_warnings():
         if format == "torchscript":
             torch.jit.trace(policy, inputs, check_trace=False).save(str(path))
         elif format == "export":
-            program = torch.export.export(policy, inputs, dynamic_shapes=_dynamic_shapes(inputs))
+            program = torch.export.export(policy, inputs, dynamic_shapes=dynamic_shapes)
             torch.export.save(program, path)
         else:
-            recurrent = len(inputs) == 3
             torch.onnx.export(
                 policy,
                 inputs,
                 str(path),
-                input_names=["obs", "state", "episode_start"] if recurrent else ["obs"],
+                input_names=[*obs_names, "state", "episode_start"] if recurrent else obs_names,
                 output_names=["actions", "next_state"] if recurrent else ["actions"],
-                dynamic_shapes=_dynamic_shapes(inputs),
+                dynamic_shapes=dynamic_shapes,
                 dynamo=True,
                 external_data=False,  # one self-contained file: a policy is far below ONNX's 2 GB limit
                 verbose=False,
             )
 
 
-def trace_policy(policy: nn.Module, example_obs: Tensor | tuple[Tensor, ...]) -> torch.jit.ScriptModule:
-    """``policy`` traced to TorchScript with ``example_obs`` (or all its inputs, a tuple)."""
+def trace_policy(policy: nn.Module, example_obs: Tensor | TensorTree | tuple[Tensor, ...]) -> torch.jit.ScriptModule:
+    """``policy`` traced to TorchScript with ``example_obs`` (or all its inputs, a tuple; a dict of
+    tensors for Dict observations: one input per key)."""
+    if isinstance(example_obs, dict):
+        policy = KeyedInputs(policy, list(example_obs))
+        example_obs = tuple(example_obs.values())
     inputs = example_obs if isinstance(example_obs, tuple) else _example_inputs(policy.eval(), example_obs)
     with torch.no_grad(), _without_torch_internal_warnings():
         return torch.jit.trace(policy.eval(), inputs, check_trace=False)
 
 
-def _example_inputs(policy: nn.Module, example_obs: Tensor) -> tuple[Tensor, ...]:
-    """``(obs,)``, or ``(obs, zero state, no episode start)`` for a recurrent ``policy``."""
+def _example_inputs(policy: nn.Module, example_obs: Tensor | tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """``(obs,)`` (or one tensor per key), then ``(zero state, no episode start)`` for a recurrent ``policy``."""
+    obs = example_obs if isinstance(example_obs, tuple) else (example_obs,)
     initial_state = getattr(policy, "initial_state", None)
     if not callable(initial_state):
-        return (example_obs,)
-    batch = example_obs.shape[0]
-    return example_obs, initial_state(batch), torch.zeros(batch, dtype=torch.bool)
+        return obs
+    batch = obs[0].shape[0]
+    return (*obs, initial_state(batch), torch.zeros(batch, dtype=torch.bool))
 
 
-def _dynamic_shapes(inputs: tuple[Tensor, ...]) -> tuple[dict[int, torch.export.Dim], ...]:
-    """One dynamic batch dimension shared by the inputs: dim 0 of obs and episode_start, dim 1 of the
-    state (``(num_state, batch, core_size)``, as ``act`` takes it)."""
+def _dynamic_shapes(inputs: tuple[Tensor, ...], recurrent: bool) -> tuple[dict[int, torch.export.Dim], ...]:
+    """One dynamic batch dimension shared by the inputs: dim 0 of the observations and episode_start,
+    dim 1 of the state (``(num_state, batch, core_size)``, as ``act`` takes it)."""
     batch = torch.export.Dim("batch")
-    return ({0: batch},) if len(inputs) == 1 else ({0: batch}, {1: batch}, {0: batch})
+    shapes = [{0: batch} for _ in inputs]
+    if recurrent:
+        shapes[-2] = {1: batch}
+    return tuple(shapes)
 
 
 @contextlib.contextmanager

@@ -605,6 +605,7 @@ class QNetwork(_EncoderHeadNetwork):
         super().__init__(encoder, nn.Linear(num_features, int(action_space.n)))
         #: Whether observations carry an ``"action_mask"`` (DQN then acts and bootstraps over legal actions only).
         self.masked = is_masked(observation_space)
+        self.check_masks = True  # mode() checks every row has a legal action (off in an export)
 
     def forward(self, obs: Tensor) -> Tensor:
         """``(*batch, *obs_shape)`` -> Q-values ``(*batch, num_actions)``."""
@@ -614,7 +615,7 @@ class QNetwork(_EncoderHeadNetwork):
         """The greedy action: argmax Q (int64), over the legal actions for a masked network."""
         q_values = self.layers(obs)
         if self.masked:
-            q_values = masked_logits(q_values, obs[ACTION_MASK_KEY], check=True)
+            q_values = masked_logits(q_values, obs[ACTION_MASK_KEY], check=self.check_masks)
         return q_values.argmax(dim=-1)
 
 
@@ -768,6 +769,7 @@ class RecurrentActorCritic(nn.Module):
         self.num_state = 2 if core == "lstm" else 1
         self.core_size = core_size
         self.masked = is_masked(observation_space)
+        self.check_masks = True  # acting checks every row has a legal action (off in an export)
         self.actor_head = make_policy_head(core_size, action_space, self.masked)
         self.critic_head = nn.Linear(core_size, 1)
         if orthogonal:
@@ -813,7 +815,7 @@ class RecurrentActorCritic(nn.Module):
         state after the step (``obs`` ``(batch, *obs_shape)``, ``episode_start`` ``(batch,)``)."""
         output, state = self.unroll(obs.unsqueeze(1), state, episode_start.unsqueeze(1))
         output = output.squeeze(1)
-        actions, logprobs = self.actor_head.sample(self._logits(output, obs, check=True), generator)
+        actions, logprobs = self.actor_head.sample(self._logits(output, obs, check=self.check_masks), generator)
         return actions, logprobs, self.critic_head(output).squeeze(-1).float(), state
 
     def _logits(self, output: Tensor, obs: Tensor | TensorTree, check: bool) -> Tensor:
@@ -842,7 +844,7 @@ class RecurrentActorCritic(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Actions (argmax / mean if ``greedy``), the policy's outputs, and the state after the step."""
         output, state = self.unroll(obs.unsqueeze(1), state, episode_start.unsqueeze(1))
-        params = self._logits(output.squeeze(1), obs, check=True)
+        params = self._logits(output.squeeze(1), obs, check=self.check_masks)
         actions = self.actor_head.mode(params) if greedy else self.actor_head.sample(params)[0]
         return actions, params, state
 

@@ -54,6 +54,7 @@ from rl_lightning.envs.spaces import (
     flat_values,
     is_structured,
     leaf_dtype,
+    zeros_like_space,
 )
 from rl_lightning.export import export_policy, trace_policy
 from rl_lightning.progress import RLProgressBar
@@ -449,8 +450,7 @@ class RLModule(L.LightningModule):
         to the actions ``act(obs, greedy=True)`` gives (a recurrent policy also takes and returns its
         state: ``rl_lightning.export``), with no env, Lightning or rl_lightning needed to run it."""
         policy = copy.deepcopy(self.greedy_policy()).cpu().eval()
-        example = torch.zeros((2, *self.obs_shape), dtype=self.obs_dtype)
-        return export_policy(policy, example, path, format)
+        return export_policy(policy, zeros_like_space(self.observation_space, 2), path, format)
 
     def to_torchscript(
         self, file_path: str | Path | None = None, method: str = "trace", example_inputs: Any = None, **kwargs: Any
@@ -462,9 +462,7 @@ class RLModule(L.LightningModule):
         if method != "trace":
             raise ValueError(f"method must be 'trace' for an RL module, got {method!r}")
         policy = copy.deepcopy(self.greedy_policy()).cpu().eval()
-        example = (
-            example_inputs if example_inputs is not None else torch.zeros((2, *self.obs_shape), dtype=self.obs_dtype)
-        )
+        example = example_inputs if example_inputs is not None else zeros_like_space(self.observation_space, 2)
         traced = trace_policy(policy, example)
         if file_path is not None:
             traced.save(str(file_path))

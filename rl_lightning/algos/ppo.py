@@ -21,6 +21,7 @@ Discrete actions get a categorical policy, ``Box`` actions a diagonal Gaussian (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -291,17 +292,26 @@ class PPOModule(RLModule):
         return GreedyPolicy(self.model.actor, self.obs_normalizer)
 
     @torch.no_grad()
-    def act(self, obs: Any, greedy: bool = False, state: Tensor | None = None, episode_start: Any = None) -> Any:
+    def act(
+        self,
+        obs: Any,
+        greedy: bool = False,
+        state: Tensor | None = None,
+        episode_start: Any = None,
+        action_mask: Any = None,
+    ) -> Any:
         """Actions for ``obs`` as :meth:`RLModule.act`; for a recurrent policy also the state: it
         takes the ``state`` from the previous call (None: zeros) and ``episode_start`` (bool per
         observation: zero the state first; None: no new episode) and returns ``(actions, state)``
         (the actions numpy for a numpy observation, the state always a tensor)."""
         if not self.recurrent:
-            return super().act(obs, greedy)
+            return super().act(obs, greedy, action_mask)
         check_bool("greedy", greedy)
-        tensor_in = isinstance(obs, Tensor)
-        obs, batch_shape = self._batch_of_observations(obs)
-        batch = obs.shape[0]
+        tensor_in = isinstance(obs, Tensor) or (
+            isinstance(obs, dict) and all(isinstance(v, Tensor) for v in obs.values())
+        )
+        obs, batch_shape = self._batch_of_observations(obs, action_mask)
+        batch = math.prod(batch_shape)
         if state is None:
             state = self.model.initial_state(batch, self.device)
         else:
