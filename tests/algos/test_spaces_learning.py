@@ -172,3 +172,40 @@ def test_ppo_learns_blackjack_from_its_tuple_observation_to_a_mean_return_above_
     env = gym.make("Blackjack-v1")
     obs, _ = env.reset(seed=0)
     assert module.act(obs, greedy=True) in (0, 1)  # gymnasium's own tuple of ints
+
+
+@pytest.mark.learning
+def test_ppo_learns_blackjack_flattened_from_the_command_line_to_a_mean_return_above_minus_0_12(tmp_path):
+    """The same run through ``rl-lightning fit`` with gymnasium's FlattenObservation as a wrapper."""
+    from rl_lightning.cli import make_cli
+
+    flatten = "gymnasium.wrappers.FlattenObservation"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cli = make_cli(
+            [
+                "fit",
+                "--model",
+                "PPOModule",
+                "--model.init_args.env_id",
+                "Blackjack-v1",
+                "--model.init_args.env_kwargs",
+                f'{{"wrappers": ["{flatten}"]}}',
+                "--model.init_args.num_envs",
+                "32",
+                "--model.init_args.num_steps_per_rollout",
+                "16",
+                "--model.init_args.lr",
+                "1e-3",
+                "--model.init_args.activation",
+                "relu",
+                "--model.init_args.seed",
+                "0",
+                "--trainer.max_steps",
+                "800",
+                "--trainer.enable_progress_bar=false",
+                f"--trainer.default_root_dir={tmp_path}",
+            ]
+        )
+    assert cli.model.obs_shape == (32 + 11 + 2,)
+    assert _blackjack_return(cli.model) > -0.12
