@@ -46,7 +46,10 @@ def _greedy_accuracy(module, env_id: str) -> float:
 
 
 def _vpg(env_id: str) -> VPGModule:
-    return VPGModule(env_id=env_id, num_envs=32, num_steps_per_rollout=8, lr=1e-2, seed=0)
+    # The image key's CNN needs smaller steps: at lr=1e-2 the policy settles on the vector key alone
+    # (right half the time) before the image features form, on some seeds.
+    lr = 1e-3 if env_id == "DictProbe-v0" else 1e-2
+    return VPGModule(env_id=env_id, num_envs=32, num_steps_per_rollout=8, lr=lr, seed=0)
 
 
 def _ppo(env_id: str) -> PPOModule:
@@ -59,7 +62,7 @@ def _ppo(env_id: str) -> PPOModule:
 @pytest.mark.parametrize("env_id", list(PROBES))
 def test_vpg_learns_the_probe_to_an_optimal_greedy_action_in_99_percent_of_states(env_id):
     module = _vpg(env_id)
-    _fit(module, 150)
+    _fit(module, 300 if env_id == "DictProbe-v0" else 150)
     assert _greedy_accuracy(module, env_id) >= 0.99
 
 
