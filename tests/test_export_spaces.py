@@ -122,3 +122,31 @@ def test_dqn_checkpoint_with_a_masked_buffer_resumes(tmp_path):
     )
     assert resumed.source.buffer.obs["action_mask"].dtype == torch.bool
     assert resumed.source.envs.illegal_actions == 0
+
+
+def test_evaluate_policy_plays_a_single_gymnasium_env_with_dict_observations_and_info_masks():
+    from rl_lightning.callbacks.evaluation import evaluate_policy
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        blackjack = PPOModule(env_id="Blackjack-v1", num_envs=4, num_minibatches=2)
+    result = evaluate_policy(blackjack, gym.make("Blackjack-v1"), num_episodes=20, seed=0)
+    assert result.returns.shape == (20,) and set(result.returns.tolist()) <= {-1.0, 0.0, 1.0}
+
+    class CountIllegal(gym.Wrapper):
+        illegal = 0
+
+        def reset(self, **kwargs):
+            obs, info = self.env.reset(**kwargs)
+            self.mask = info["action_mask"]
+            return obs, info
+
+        def step(self, action):
+            CountIllegal.illegal += int(not self.mask[action])
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            self.mask = info["action_mask"]
+            return obs, reward, terminated, truncated, info
+
+    taxi = PPOModule(env_id="Taxi-v4", num_envs=4, num_minibatches=2)
+    result = evaluate_policy(taxi, CountIllegal(gym.make("Taxi-v4", max_episode_steps=30)), num_episodes=3, seed=0)
+    assert (result.lengths <= 30).all() and result.lengths.sum() >= 3 and CountIllegal.illegal == 0

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import gymnasium as gym
 import lightning as L
+import numpy as np
 import torch
 from torch import Tensor
 from torchmetrics import MeanMetric
@@ -16,6 +17,15 @@ from rl_lightning._checks import check_int, check_seed
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.gym_adapter import NO_TIME_LIMIT_EVAL_STEPS, encode_observations
+from rl_lightning.envs.spaces import (
+    ACTION_MASK_KEY,
+    OBSERVATION_KEY,
+    TensorTree,
+    encode_leaf,
+    flat_parts,
+    flat_values,
+    is_structured,
+)
 from rl_lightning.protocols import RLModuleProtocol, require
 
 
@@ -125,6 +135,25 @@ def _greedy(policy: Any) -> Callable[..., Tensor]:
     return lambda obs, episode_start=None: policy(obs)
 
 
+def _as_adapter_observation(space: gym.Space, obs: Any, info: dict[str, Any]) -> Any:
+    """One gymnasium observation as a batch of one in the adapter's form: a Discrete index one-hot, a
+    Dict / Tuple one a dict of batched leaves, and ``info["action_mask"]`` beside it where the env
+    gives its masks there."""
+    if is_structured(space):
+        parts = flat_parts(space)
+        values = flat_values(space, obs)
+        batch: Any = TensorTree(
+            {key: encode_leaf(part, np.asarray(values[key])[None], key) for key, part in parts.items()}
+        )
+    else:
+        batch = encode_observations(space, obs)
+        batch = batch if isinstance(space, gym.spaces.Discrete) else batch.unsqueeze(0)
+    if isinstance(info, dict) and ACTION_MASK_KEY in info and not (is_structured(space) and ACTION_MASK_KEY in batch):
+        mask = torch.as_tensor(np.asarray(info[ACTION_MASK_KEY])).bool().reshape(1, -1)
+        batch = TensorTree({**(batch if isinstance(batch, dict) else {OBSERVATION_KEY: batch}), ACTION_MASK_KEY: mask})
+    return batch
+
+
 def _evaluate_gymnasium(
     act: Callable, env: gym.Env, num_episodes: int, seed: int, max_episode_steps: int
 ) -> tuple[EvalResult, int]:
@@ -132,14 +161,12 @@ def _evaluate_gymnasium(
     also how many were cut at ``max_episode_steps``."""
     returns, lengths, cut = torch.zeros(num_episodes), torch.zeros(num_episodes), 0
     for episode in range(num_episodes):
-        obs, _ = env.reset(seed=seed if episode == 0 else None)
+        obs, info = env.reset(seed=seed if episode == 0 else None)
         for step in range(max_episode_steps):
-            # As the adapter encodes them in training (a Discrete observation one-hot).
-            batch = encode_observations(env.observation_space, obs)
-            batch = batch if isinstance(env.observation_space, gym.spaces.Discrete) else batch.unsqueeze(0)
+            batch = _as_adapter_observation(env.observation_space, obs, info)
             action = act(batch, torch.tensor([step == 0]))
             action = torch.as_tensor(action).squeeze(0).cpu().numpy()
-            obs, reward, terminated, truncated, _ = env.step(action.item() if action.ndim == 0 else action)
+            obs, reward, terminated, truncated, info = env.step(action.item() if action.ndim == 0 else action)
             returns[episode] += float(reward)
             lengths[episode] += 1
             if terminated or truncated:
