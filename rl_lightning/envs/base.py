@@ -7,7 +7,11 @@ and steps them all in lock-step:
   ``obs`` is ``(num_envs, *obs_shape)`` of the observation space's dtype (float32, or uint8 for
   images), ``reward`` float32 ``(num_envs,)``, ``terminated`` / ``truncated`` bool
   ``(num_envs,)``, all on ``env.device``.
-- Actions: for a ``Discrete`` space an integer ``(num_envs,)`` tensor in ``[0, n)``; for a
+- A ``Dict`` observation space (of float32, uint8 or bool ``Box`` leaves, ``rl_lightning.envs.spaces``)
+  gives observations as a ``TensorTree``: a dict of ``(num_envs, *leaf_shape)`` tensors; its bool
+  ``"action_mask"`` key, if any, holds the legal actions.
+- Actions: for a ``Discrete`` space an integer ``(num_envs,)`` tensor in ``[0, n)``; for
+  ``MultiDiscrete`` / ``MultiBinary`` an integer ``(num_envs, k)`` one, in range per dimension; for a
   ``Box`` space a floating ``(num_envs, *action_shape)`` tensor of finite values, which the env
   clips to the space's bounds (a policy stores what it sampled, unclipped, for its
   log-probabilities).
