@@ -336,9 +336,7 @@ class RLModule(L.LightningModule):
             ``(*batch, *action_shape)``: int64 for ``Discrete`` actions, float32 for ``Box``.
         """
         check_bool("greedy", greedy)
-        tensor_in = isinstance(obs, Tensor) or (
-            isinstance(obs, dict) and bool(obs) and all(isinstance(value, Tensor) for value in obs.values())
-        )
+        tensor_in = is_tensor_input(obs)
         obs, batch_shape = self._batch_of_observations(obs, action_mask)
         actions = self.policy_actions(obs, greedy).reshape((*batch_shape, *self.action_shape))
         return actions if tensor_in else as_numpy(actions)
@@ -836,6 +834,13 @@ def _network_settings(hparams: Any) -> str:
     """``recurrent='lstm', hidden_sizes=(64, 64)``: the hyper-parameters that shape a module's weights."""
     names = ("recurrent", "core_size", "hidden_sizes", "shared_encoder", "normalize_obs", "num_critics")
     return ", ".join(f"{name}={hparams[name]!r}" for name in names if name in hparams) or "its defaults"
+
+
+def is_tensor_input(obs: Any) -> bool:
+    """Whether ``act`` answers with tensors: for a tensor, or a dict of tensors (a Dict observation)."""
+    return isinstance(obs, Tensor) or (
+        isinstance(obs, dict) and bool(obs) and all(isinstance(value, Tensor) for value in obs.values())
+    )
 
 
 def as_numpy(tensor: Tensor) -> np.ndarray | np.generic:

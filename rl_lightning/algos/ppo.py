@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_lightning._checks import check_bool, check_choice, check_float, check_int, check_sizes
-from rl_lightning.algos.base import RLModule, as_numpy
+from rl_lightning.algos.base import RLModule, as_numpy, is_tensor_input
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
 from rl_lightning.data.actor_critic import ActorCriticSource, PPOBatch, RecurrentActorCriticSource, RecurrentPPOBatch
 from rl_lightning.data.normalization import ObservationNormalizer, RewardScaler
@@ -307,9 +307,7 @@ class PPOModule(RLModule):
         if not self.recurrent:
             return super().act(obs, greedy, action_mask)
         check_bool("greedy", greedy)
-        tensor_in = isinstance(obs, Tensor) or (
-            isinstance(obs, dict) and all(isinstance(v, Tensor) for v in obs.values())
-        )
+        tensor_in = is_tensor_input(obs)
         obs, batch_shape = self._batch_of_observations(obs, action_mask)
         batch = math.prod(batch_shape)
         if state is None:

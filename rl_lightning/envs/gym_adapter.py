@@ -35,6 +35,8 @@ from rl_lightning.envs.spaces import (
     encode_leaf,
     flat_parts,
     flat_values,
+    float32_bounds,
+    is_image_leaf,
     is_structured,
     leaf_space,
 )
@@ -93,21 +95,8 @@ def encode_observations(space: gym.Space, obs: Any) -> Tensor:
     """A batch of gymnasium observations of ``space`` as the adapter gives them to a module: a
     ``Discrete(n, start)`` index one-hot (float32 ``(batch, n)``), anything else as a tensor."""
     if isinstance(space, gym.spaces.Discrete):
-        index = torch.as_tensor(np.asarray(obs, dtype=np.int64)).reshape(-1) - int(space.start)
-        return torch.zeros(index.shape[0], int(space.n)).scatter_(1, index.unsqueeze(1), 1.0)
+        return encode_leaf(space, obs, "")
     return torch.as_tensor(np.asarray(obs))
-
-
-def _float32_bounds(bound: np.ndarray) -> np.ndarray:
-    # A float64 bound beyond float32's range becomes +-inf, silently.
-    with np.errstate(over="ignore"):
-        return np.asarray(bound).astype(np.float32)
-
-
-def _is_image(space: gym.spaces.Box) -> bool:
-    """uint8 ``(H, W)``, ``(H, W, 1)`` or ``(H, W, 3)``: kept as uint8 and drawable."""
-    shape = space.shape
-    return space.dtype == np.uint8 and (len(shape) == 2 or (len(shape) == 3 and shape[-1] in (1, 3)))
 
 
 def _unsupported(env_id: str, which: str, space: gym.Space, allowed: str) -> ValueError:
@@ -308,12 +297,12 @@ class GymnasiumVectorEnv(VectorEnv):
             self._obs_start = int(space.start)
             self._obs_size = int(space.n)
             self.single_observation_space = gym.spaces.Box(0.0, 1.0, (int(space.n),), np.float32)
-        elif isinstance(space, gym.spaces.Box) and _is_image(space):
+        elif isinstance(space, gym.spaces.Box) and is_image_leaf(space):
             self._obs_kind = "image"
             self.single_observation_space = space
         elif isinstance(space, gym.spaces.Box):
             self._obs_kind = "float32" if space.dtype == np.float32 else "cast"
-            low, high = _float32_bounds(space.low), _float32_bounds(space.high)
+            low, high = float32_bounds(space.low), float32_bounds(space.high)
             self.single_observation_space = gym.spaces.Box(low, high, space.shape, np.float32)
         else:
             raise _unsupported(env_id, "observation", space, "Box, Discrete, Dict and Tuple observations")
@@ -346,7 +335,7 @@ class GymnasiumVectorEnv(VectorEnv):
             self.single_action_space = gym.spaces.MultiBinary(space.shape[0])
         elif isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
             self._action_np_dtype = space.dtype
-            low, high = _float32_bounds(space.low), _float32_bounds(space.high)
+            low, high = float32_bounds(space.low), float32_bounds(space.high)
             self.single_action_space = gym.spaces.Box(low, high, space.shape, np.float32)
         else:
             raise _unsupported(

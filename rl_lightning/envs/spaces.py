@@ -160,12 +160,14 @@ def flat_values(space: gym.Space, obs: Any, prefix: str = "") -> dict[str, Any]:
     return values
 
 
-def _is_image(space: gym.spaces.Box) -> bool:
+def is_image_leaf(space: gym.spaces.Box) -> bool:
+    """uint8 ``(H, W)``, ``(H, W, 1)`` or ``(H, W, 3)``: kept as uint8 (and drawable by the adapter)."""
     shape = space.shape
     return space.dtype == np.uint8 and (len(shape) == 2 or (len(shape) == 3 and shape[-1] in (1, 3)))
 
 
-def _float32(bound: np.ndarray) -> np.ndarray:
+def float32_bounds(bound: np.ndarray) -> np.ndarray:
+    """A space's bound as float32 (a float64 bound beyond float32's range becomes +-inf)."""
     with np.errstate(over="ignore"):  # a float64 bound beyond float32's range becomes +-inf
         return np.asarray(bound).astype(np.float32)
 
@@ -178,9 +180,9 @@ def leaf_space(key: str, space: gym.Space) -> gym.spaces.Box:
             return gym.spaces.Box(0, 1, space.shape, np.bool_)
         raise ValueError(f"the action mask {key!r} must be a MultiBinary(n) or a 1-d Box, got {space!r}")
     if isinstance(space, gym.spaces.Box):
-        if _is_image(space):
+        if is_image_leaf(space):
             return space
-        return gym.spaces.Box(_float32(space.low), _float32(space.high), space.shape, np.float32)
+        return gym.spaces.Box(float32_bounds(space.low), float32_bounds(space.high), space.shape, np.float32)
     if isinstance(space, gym.spaces.Discrete):
         return gym.spaces.Box(0.0, 1.0, (int(space.n),), np.float32)
     if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
@@ -198,7 +200,9 @@ def encode_leaf(space: gym.Space, values: Any, key: str, device: torch.device | 
     (:func:`leaf_space`) on ``device``: a ``Discrete(n, start)`` index one-hot, ``MultiDiscrete``
     indices concatenated one-hots, masks bool, anything else float32 (uint8 images kept)."""
     if key.split(KEY_SEPARATOR)[-1] == ACTION_MASK_KEY:
-        return torch.as_tensor(np.asarray(values.cpu() if isinstance(values, Tensor) else values)).to(device).bool()
+        return torch.as_tensor(np.asarray(values.cpu() if isinstance(values, Tensor) else values)).to(
+            device, torch.bool, copy=True
+        )
     if isinstance(space, gym.spaces.Discrete):
         index = torch.as_tensor(np.asarray(values, dtype=np.int64)).reshape(-1).to(device) - int(space.start)
         return torch.zeros(index.shape[0], int(space.n), device=device).scatter_(1, index.unsqueeze(1), 1.0)
@@ -207,10 +211,10 @@ def encode_leaf(space: gym.Space, values: Any, key: str, device: torch.device | 
         index = index - torch.as_tensor(np.asarray(space.start, dtype=np.int64), device=device)
         nvec = space.nvec.tolist()
         return torch.cat([torch.nn.functional.one_hot(index[:, i], n).float() for i, n in enumerate(nvec)], dim=1)
+    # A copy: gymnasium reuses its observation buffers (the adapter builds its envs with copy=False).
     array = values if isinstance(values, Tensor) else torch.as_tensor(np.asarray(values))
-    if isinstance(space, gym.spaces.Box) and _is_image(space):
-        return array.to(device, torch.uint8)
-    return array.to(device, torch.float32)
+    dtype = torch.uint8 if isinstance(space, gym.spaces.Box) and is_image_leaf(space) else torch.float32
+    return array.to(device, dtype, copy=True)
 
 
 def encode_observation(
