@@ -104,7 +104,7 @@ def dqn_update_parts(device: torch.device, iterations: int = 300) -> tuple[float
     source's ``next_batch`` (act, one step of the envs, store, sample) and the bare optimizer
     update (online and target forward, double-DQN target, MSE, backward, Adam)."""
     module = DQNModule(seed=0).to(device)
-    source = module.make_source(make_envs("CartPole-v1", module.hparams.num_envs, 0, device=device), 0, 1, 0)
+    source = module.make_source(make_envs("CartPole-v1", module.hparams.num_envs, 0, device=device))
     while (batch := source.next_batch()) is None:  # the warm-up
         pass
     optimizer = torch.optim.Adam(module.q_network.parameters(), lr=1e-4, fused=device.type == "cuda")

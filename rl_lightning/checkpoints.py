@@ -185,8 +185,6 @@ def resolve_ckpt_path(
         ValueError: for a path that is not a checkpoint, or (``"last"``) when the only last
             checkpoints there were saved by other algorithms or for other envs.
     """
-    from rl_lightning.envs.registry import canonical_env_id
-
     if ckpt_path is None:
         return None
     if ckpt_path != "last":
@@ -205,8 +203,7 @@ def resolve_ckpt_path(
     matching = [
         path
         for path, (saved_by, saved_env) in found.items()
-        if (algorithm is None or saved_by == algorithm)
-        and (env_id is None or (saved_env is not None and canonical_env_id(saved_env) == canonical_env_id(env_id)))
+        if (algorithm is None or saved_by == algorithm) and (env_id is None or saved_env == env_id)
     ]
     if not matching:
         wanted = " ".join(part for part in (algorithm, f"on {env_id}" if env_id else None) if part)

@@ -51,7 +51,7 @@ def test_env_steps_do_not_synchronise_with_the_host(env_id):
 )
 def test_collecting_data_does_not_synchronise_with_the_host(cls, kwargs):
     module = cls(**kwargs).to("cuda")
-    source = module.make_source(make_envs("CartPole-v1", kwargs["num_envs"], seed=0, device="cuda"), 0, 1, 0)
+    source = module.make_source(make_envs("CartPole-v1", kwargs["num_envs"], seed=0, device="cuda"))
     source.next_batch()  # the first step of the envs checks action values
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")

@@ -101,7 +101,8 @@ def test_a_mid_rollout_checkpoint_of_dict_observations_loads_weights_only_and_co
     buffer.seek(0)
     loaded = torch.load(buffer, weights_only=True)  # plain dicts only: what checkpoints load with
     expected = [source.next_batch() for _ in range(6)]
-    restored = module.make_source(module.make_envs(4, 99), 5, 1, 0)
+    restored = module.make_source(module.make_envs(4, 99))
+    restored.configure_run(5, 1, 0)
     restored.load_state_dict(loaded)
     actual = [restored.next_batch() for _ in range(6)]
     for a, b in zip(actual, expected, strict=True):

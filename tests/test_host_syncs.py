@@ -69,7 +69,7 @@ def test_the_sync_free_cartpole_reset_keeps_the_contract():
 )
 def test_collecting_data_reads_nothing_back(cls, kwargs, monkeypatch):
     module = cls(**kwargs)
-    source = module.make_source(_gpu_like(make_envs("CartPole-v1", 8, seed=0)), 0, 1, 0)
+    source = module.make_source(_gpu_like(make_envs("CartPole-v1", 8, seed=0)))
     if cls is DQNModule:
         source.fill()  # the random warm-up, then epsilon-greedy play
     with no_host_reads(monkeypatch):

@@ -225,7 +225,7 @@ def test_the_sources_hear_a_stop_request_between_rollouts():
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     module = VPGModule(num_envs=2, num_steps_per_rollout=5)
-    source = module.make_source(make_envs("CartPole-v1", 2, seed=0), 0, 1, 0)
+    source = module.make_source(make_envs("CartPole-v1", 2, seed=0))
     source.should_stop = lambda: True
     with pytest.raises(SIGTERMException):
         source.next_batch()
@@ -329,12 +329,6 @@ def test_empty_text_and_foreign_files_are_not_checkpoints(tmp_path, content):
         VPGModule.load_from_checkpoint(path)
     with pytest.raises(ValueError, match=r"bad\.ckpt"):
         resolve_ckpt_path(str(path), tmp_path)
-
-
-def test_a_checkpoint_of_an_env_alias_loads(tmp_path):
-    path = _save_last(tmp_path, VPGModule(num_envs=2, num_steps_per_rollout=5), 0)
-    module = VPGModule.load_from_checkpoint(path, env_id="CartPole-gpu")
-    assert module.hparams.env_id == "CartPole-gpu"
 
 
 def test_loading_with_another_env_id_names_the_env_not_the_hidden_sizes(tmp_path):

@@ -45,7 +45,7 @@ from rl_lightning.data.source import EnvSource
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.gym_adapter import encode_observations
-from rl_lightning.envs.registry import BACKENDS, canonical_env_id, is_native_env_id
+from rl_lightning.envs.registry import BACKENDS, is_native_env_id
 from rl_lightning.envs.spaces import (
     ACTION_MASK_KEY,
     OBSERVATION_KEY,
@@ -156,8 +156,9 @@ class RLModule(L.LightningModule):
 
     # -- what a subclass provides ----------------------------------------------------------
 
-    def make_source(self, envs: VectorEnv, seed: int, world_size: int, env_steps: int) -> EnvSource:
-        """The algorithm's data source over ``envs`` (its generator seeded with ``seed``)."""
+    def make_source(self, envs: VectorEnv) -> EnvSource:
+        """The algorithm's data source over ``envs`` (the base then sets its seed, clock and world
+        size: ``EnvSource.configure_run``)."""
         raise NotImplementedError
 
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
@@ -245,7 +246,8 @@ class RLModule(L.LightningModule):
         # Rank r's envs get the seeds gymnasium would give envs r * n .. r * n + n - 1 of one vector
         # env of all ranks (its sub-env i is seeded seed + i): no two envs of a run share a seed.
         envs = self.make_envs(num_envs, seed + rank * num_envs)
-        source = self.make_source(envs, derive_seed(seed, "actions", rank), world_size, self._start_env_steps)
+        source = self.make_source(envs)
+        source.configure_run(derive_seed(seed, "actions", rank), world_size, self._start_env_steps)
         source.should_stop = self._received_sigterm
         states, self._restored_sources = self._restored_sources, None
         if states is not None:
@@ -433,9 +435,9 @@ class RLModule(L.LightningModule):
         return False
 
     def greedy_actor(self) -> Callable[..., Tensor]:
-        """A callable ``actor(obs, episode_start=None) -> actions`` playing the greedy policy; for a
-        recurrent policy it carries the state from call to call (zeroed where ``episode_start``)."""
-        return _GreedyActor(self)
+        """A callable ``actor(obs, episode_start=None) -> actions`` playing the greedy policy (a
+        recurrent policy's carries its state from call to call, zeroed where ``episode_start``)."""
+        return lambda obs, episode_start=None: self.act(obs, greedy=True)
 
     def forward(self, obs: Tensor) -> Tensor:
         """Greedy actions for a batch of observations ``(batch, *obs_shape)``."""
@@ -523,7 +525,7 @@ class RLModule(L.LightningModule):
         every = self.trainer.log_every_n_steps
         return every > 0 and (self.global_step + 1) % every == 0
 
-    def log_rl(self, metrics: dict[str, Tensor | float], prog_bar: tuple[str, ...] = ()) -> None:
+    def log_metrics(self, metrics: dict[str, Tensor | float], prog_bar: tuple[str, ...] = ()) -> None:
         """Log ``metrics`` (already reduced over processes) with this algorithm's cadence: every
         call for per-step algorithms (call it only when ``_should_log()``); for per-epoch ones the
         values are averaged here and handed to Lightning once, at the epoch's last batch
@@ -565,7 +567,7 @@ class RLModule(L.LightningModule):
             metrics["charts/episodic_length"] = finished[1] / finished[2]
         if self._trainer is not None and self.trainer.optimizers:
             metrics["charts/learning_rate"] = self.trainer.optimizers[0].param_groups[0]["lr"]
-        self.log_rl(metrics)
+        self.log_metrics(metrics)
         # The progress bar: the same fields for every algorithm.
         for name, key in (
             ("env_steps", "charts/env_steps"),
@@ -794,7 +796,7 @@ class RLModule(L.LightningModule):
         hparams = checkpoint.get("hyper_parameters", {})
         # The payload's env id: load_from_checkpoint(path, env_id=...) overwrites the hyper-parameters'.
         env_id = payload.get("env_id", hparams.get("env_id"))
-        if env_id is not None and canonical_env_id(env_id) != canonical_env_id(self.hparams.env_id):
+        if env_id is not None and env_id != self.hparams.env_id:
             raise ValueError(
                 f"the checkpoint was trained on env_id {env_id!r} but this {own} is built for {self.hparams.env_id!r}"
             )
@@ -847,20 +849,6 @@ def as_numpy(tensor: Tensor) -> np.ndarray | np.generic:
     """``tensor`` as a numpy array on the host; a 0-d tensor as a numpy scalar (``np.int64(1)``)."""
     array = tensor.detach().cpu().numpy()
     return array[()] if array.ndim == 0 else array
-
-
-class _GreedyActor:
-    """See :meth:`RLModule.greedy_actor`."""
-
-    def __init__(self, module: RLModule):
-        self.module = module
-        self.state: Tensor | None = None
-
-    def __call__(self, obs: Any, episode_start: Tensor | None = None) -> Tensor:
-        if not self.module.recurrent:
-            return self.module.act(obs, greedy=True)
-        actions, self.state = self.module.act(obs, greedy=True, state=self.state, episode_start=episode_start)
-        return actions
 
 
 def _other_algorithms(action_kind: str) -> str:

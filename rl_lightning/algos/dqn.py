@@ -207,7 +207,7 @@ class DQNModule(OffPolicyModule):
             td_targets = compute_td_target(batch.rewards, batch.terminated, next_q_values, self.discounts(batch))
         loss = compute_td_loss(q_values, td_targets, self.hparams.loss)
         if self._should_log():
-            self.log_rl(
+            self.log_metrics(
                 {
                     "losses/td_loss": loss.detach(),
                     "losses/q_values": q_values.detach().mean(),

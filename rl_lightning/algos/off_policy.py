@@ -139,7 +139,7 @@ class OffPolicyModule(RLModule):
 
     # -- the source, the clock ------------------------------------------------------------------------
 
-    def make_source(self, envs: VectorEnv, seed: int, world_size: int, env_steps: int) -> ReplaySource:
+    def make_source(self, envs: VectorEnv) -> ReplaySource:
         replay = self.replay
         return ReplaySource(
             envs,
@@ -150,12 +150,9 @@ class OffPolicyModule(RLModule):
             train_freq=replay.train_freq,
             gradient_steps=replay.gradient_steps,
             num_batches=replay.steps_per_epoch,
-            seed=seed,
             buffer_seed=derive_seed(self.hparams.seed, "replay", self.global_rank),
             n_step=replay.n_step,
             gamma=replay.gamma,
-            world_size=world_size,
-            env_steps=env_steps,
             checkpoint_buffer=replay.checkpoint_buffer,
         )
 

@@ -229,7 +229,7 @@ class PPOModule(RLModule):
             targets = self.source.last_advantages + rollout.values[:, :-1]
             metrics["losses/explained_variance"] = compute_explained_variance(rollout.values[:, :-1], targets)
             self.log_charts()
-        self.log_rl(metrics)
+        self.log_metrics(metrics)
         if hp.target_kl is not None and (position + 1) % hp.num_minibatches == 0:
             # The end of an update epoch: every rank decides alike, on the KL of all ranks.
             kl = self.trainer.strategy.reduce(approx_kl, reduce_op="mean") if self.world_size > 1 else approx_kl
@@ -258,7 +258,7 @@ class PPOModule(RLModule):
 
     # -- what the base needs ----------------------------------------------------------------
 
-    def make_source(self, envs: VectorEnv, seed: int, world_size: int, env_steps: int) -> ActorCriticSource:
+    def make_source(self, envs: VectorEnv) -> ActorCriticSource:
         hp = self.hparams
         source_class = ActorCriticSource if hp.recurrent is None else RecurrentActorCriticSource
         return source_class(
@@ -269,9 +269,6 @@ class PPOModule(RLModule):
             num_minibatches=hp.num_minibatches,
             gamma=hp.gamma,
             gae_lambda=hp.gae_lambda,
-            seed=seed,
-            world_size=world_size,
-            env_steps=env_steps,
             obs_normalizer=self.obs_normalizer,
             reward_scaler=self.reward_scaler,
             reduce=self._sum_over_processes,
@@ -290,6 +287,17 @@ class PPOModule(RLModule):
         if self.recurrent:  # (obs, state, episode_start) -> (actions, next state), as act
             return RecurrentGreedyPolicy(self.model, self.obs_normalizer)
         return GreedyPolicy(self.model.actor, self.obs_normalizer)
+
+    def greedy_actor(self) -> Any:
+        if not self.recurrent:
+            return super().greedy_actor()
+        state: list[Tensor | None] = [None]
+
+        def actor(obs: Any, episode_start: Any = None) -> Any:
+            actions, state[0] = self.act(obs, greedy=True, state=state[0], episode_start=episode_start)
+            return actions
+
+        return actor
 
     @torch.no_grad()
     def act(

@@ -197,7 +197,7 @@ class SACModule(OffPolicyModule):
             }
             if learned_alpha:
                 metrics["losses/alpha_loss"] = alpha_loss.detach()
-            self.log_rl(metrics)
+            self.log_metrics(metrics)
             self.log_charts()
         return loss
 

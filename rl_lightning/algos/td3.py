@@ -185,7 +185,7 @@ class TD3Module(OffPolicyModule):
             loss = loss + actor_loss
             metrics["losses/actor_loss"] = actor_loss.detach()
         if self._should_log():
-            self.log_rl(
+            self.log_metrics(
                 {name: value.detach() if isinstance(value, Tensor) else value for name, value in metrics.items()}
             )
             self.log_charts()

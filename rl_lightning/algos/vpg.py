@@ -156,7 +156,7 @@ class VPGModule(RLModule):
             weights = torch.ones_like(logprobs)
         objective = compute_reinforce_loss(returns, logprobs, weights)
         metrics["losses/policy_objective"] = objective.detach()
-        self.log_rl(metrics)
+        self.log_metrics(metrics)
         if self.source.batch_in_rollout == 0:  # once per rollout
             self.log_charts()
         return -objective
@@ -172,7 +172,7 @@ class VPGModule(RLModule):
 
     # -- what the base needs ----------------------------------------------------------------
 
-    def make_source(self, envs: VectorEnv, seed: int, world_size: int, env_steps: int) -> RolloutSource:
+    def make_source(self, envs: VectorEnv) -> RolloutSource:
         hp = self.hparams
         return RolloutSource(
             envs,
@@ -182,9 +182,6 @@ class VPGModule(RLModule):
             rollout_use_count=hp.rollout_use_count,
             rollouts_per_epoch=hp.rollouts_per_epoch,
             full_reset=hp.full_reset,
-            seed=seed,
-            world_size=world_size,
-            env_steps=env_steps,
         )
 
     def greedy_policy(self) -> nn.Module:

@@ -54,6 +54,13 @@ class EnvSource(IterableDataset):
         #: env loops check it between rollouts and every few hundred steps of a long warm-up.
         self.should_stop: Callable[[], bool] = lambda: False
 
+    def configure_run(self, seed: int, world_size: int, env_steps: int) -> None:
+        """Set what the run decides, not the algorithm (``RLModule`` calls it on the source
+        ``make_source`` returned): the generator's seed, the processes and the env steps already taken."""
+        self.generator.manual_seed(check_seed("seed", seed))
+        self.world_size = check_int("world_size", world_size, 1)
+        self.env_steps = self.env_steps_before_batch = check_int("env_steps", env_steps, 0)
+
     def __len__(self) -> int:
         raise NotImplementedError
 

@@ -32,8 +32,8 @@ class MinimalPolicyGradient(RLModule):
         with seeded(seed):
             self.policy = PolicyNetwork(self.observation_space, self.action_space, hidden_sizes=(16,))
 
-    def make_source(self, envs, seed, world_size, env_steps):
-        return RolloutSource(envs, self.policy, num_steps=1, seed=seed, world_size=world_size, env_steps=env_steps)
+    def make_source(self, envs):
+        return RolloutSource(envs, self.policy, num_steps=1)
 
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
         return self.policy.act(obs, greedy)
