@@ -216,3 +216,87 @@ def resolve_ckpt_path(
             f"runs: {others}; pass a path, or another --default_root_dir"
         )
     return matching[-1]
+
+
+# -- what RLModule saves and checks ------------------------------------------------------------------
+
+
+def gather_over_ranks(value: Any, world_size: int) -> list[Any]:
+    """Every rank's ``value``, indexed by rank (``[value]`` in one process). Lightning builds a checkpoint
+    on every rank and writes rank 0's, so per-rank states (sources, generators) are all-gathered: every
+    rank must call this."""
+    if world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+        values: list[Any] = [None] * world_size
+        torch.distributed.all_gather_object(values, value)
+        return values
+    return [value]
+
+
+def scale_restored_lr(checkpoint: dict[str, Any], lr: Any) -> None:
+    """Scale the checkpoint's optimizer groups (``lr`` and the LR decay's ``initial_lr``) by ``lr`` / the
+    checkpoint's ``lr``: a resume with another learning rate uses it (Lightning would restore the old one)."""
+    saved_lr = (checkpoint.get("hyper_parameters") or {}).get("lr")
+    if not (isinstance(saved_lr, (int, float)) and isinstance(lr, (int, float)) and saved_lr > 0 and saved_lr != lr):
+        return
+    for optimizer_state in checkpoint.get("optimizer_states", []):
+        for group in optimizer_state.get("param_groups", []):
+            for key in ("lr", "initial_lr"):
+                if key in group:
+                    group[key] = group[key] * lr / saved_lr
+
+
+def check_checkpoint_fits(checkpoint: dict[str, Any], algorithm: str, hparams: Any, state: dict[str, Any]) -> None:
+    """Raise ``ValueError`` if ``checkpoint`` was saved by another ``algorithm`` (a module class name), for
+    another env, with other network shapes (``state``: the module's ``state_dict()``) or, for a resume,
+    with another ``num_envs``."""
+    payload = checkpoint.get(CHECKPOINT_KEY)
+    if not isinstance(payload, dict) or "state_dict" not in checkpoint:
+        raise ValueError(f"not a checkpoint of an rl_lightning module (no {CHECKPOINT_KEY!r} payload or state_dict)")
+    saved = payload.get("algorithm")
+    if saved is not None and saved != algorithm:
+        raise ValueError(
+            f"the checkpoint was saved by {saved} but is loaded into {algorithm}: "
+            f"load it with {saved}.load_from_checkpoint(...) (or resume it with {saved})"
+        )
+    saved_hparams = checkpoint.get("hyper_parameters", {})
+    # The payload's env id: load_from_checkpoint(path, env_id=...) overwrites the hyper-parameters'.
+    env_id = payload.get("env_id", saved_hparams.get("env_id"))
+    if env_id is not None and env_id != hparams.env_id:
+        raise ValueError(
+            f"the checkpoint was trained on env_id {env_id!r} but this {algorithm} is built for {hparams.env_id!r}"
+        )
+    saved_state = checkpoint.get("state_dict", {})
+    built = f"it was built with {_network_settings(saved_hparams)} for {env_id!r}, this module with " + (
+        f"{_network_settings(hparams)} for {hparams.env_id!r}"
+    )
+    for name, tensor in saved_state.items():
+        if name in state and tuple(state[name].shape) != tuple(tensor.shape):
+            raise ValueError(
+                f"the checkpoint's {name} has shape {tuple(tensor.shape)} but this module's is "
+                f"{tuple(state[name].shape)}: {built}"
+            )
+    only_saved, only_own = sorted(set(saved_state) - set(state)), sorted(set(state) - set(saved_state))
+    if only_saved or only_own:
+        raise ValueError(
+            f"the checkpoint's network is not this module's: it was built with {_network_settings(saved_hparams)}, "
+            f"this module with {_network_settings(hparams)}; only in the checkpoint: "
+            f"{_shapes(only_saved, saved_state)}; only in this module: {_shapes(only_own, state)}"
+        )
+    saved_envs, own_envs = saved_hparams.get("num_envs"), hparams.get("num_envs")
+    if payload.get("sources") and saved_envs is not None and saved_envs != own_envs:
+        raise ValueError(
+            f"the checkpoint ran num_envs={saved_envs} envs per process, this {algorithm} has num_envs={own_envs}: "
+            f"a resumed run continues the checkpoint's envs, so build it with num_envs={saved_envs} "
+            f"(--num_envs {saved_envs}, --model.init_args.num_envs {saved_envs})"
+        )
+
+
+def _network_settings(hparams: Any) -> str:
+    """``recurrent='lstm', hidden_sizes=(64, 64)``: the hyper-parameters that shape a module's weights."""
+    names = ("recurrent", "core_size", "hidden_sizes", "shared_encoder", "normalize_obs", "num_critics")
+    return ", ".join(f"{name}={hparams[name]!r}" for name in names if name in hparams) or "its defaults"
+
+
+def _shapes(names: list[str], state: dict[str, Any]) -> str:
+    listed = ", ".join(f"{name} {tuple(state[name].shape)}" for name in names[:3])
+    return listed + (f" and {len(names) - 3} more" if len(names) > 3 else "") if names else "none"

@@ -1,19 +1,15 @@
 """The shared base of every algorithm: ``RLModule``.
 
 It owns what is the same for all of them, so an algorithm is only its loss, its data-source
-settings and its networks:
-
-- the env: its spaces (checked against the algorithm's, from a one-copy instance), and the
-  training envs built on the module's device in ``train_dataloader`` (rank r: seed + r * num_envs);
-- the env-step clock (all processes, one convention) and the run's plan in env steps;
-- episode statistics (gymnasium's ``RecordEpisodeStatistics``: the episodes that finished since
-  the last log), ``charts/SPS`` and the progress-bar fields, the same for every algorithm;
-- the seeding streams (``rl_lightning.seeding``);
-- ``act(obs, greedy=False)``, with one signature and the input checks;
-- one checkpoint payload under one key, and the check that a checkpoint fits the module.
+settings and its networks: the env's spaces and the training envs (built on the module's device,
+rank r's seeded ``seed + r * num_envs``); the env-step clock and the run's plan in env steps; the
+charts (episode statistics, ``charts/SPS``, the progress bar); ``act``; greedy validation and
+test; the checkpoint payload (``rl_lightning.checkpoints``) and the NaN guard. The Trainer-level
+guards are one callback (``rl_lightning.callbacks.guard.RunGuard``).
 
 A subclass implements ``make_source`` (its data source over the envs), ``policy_actions``
-(actions for a batch of observations), ``env_steps_per_training_step`` and ``training_step``.
+(actions for a batch of observations), ``greedy_policy``, ``env_steps_per_training_step`` and
+``training_step``.
 """
 
 from __future__ import annotations
@@ -21,68 +17,41 @@ from __future__ import annotations
 import copy
 import math
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-import gymnasium as gym
 import lightning as L
 import numpy as np
 import torch
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.callbacks import TQDMProgressBar
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from rl_lightning._checks import check_bool, check_choice, check_int, check_seed, check_str
-from rl_lightning.checkpoints import CHECKPOINT_KEY, AtomicCheckpointIO, load_checkpoint_file
+from rl_lightning.algos._inputs import ObservationInputs, as_numpy, is_tensor_input
+from rl_lightning.callbacks.guard import RunGuard
+from rl_lightning.checkpoints import (
+    CHECKPOINT_KEY,
+    check_checkpoint_fits,
+    gather_over_ranks,
+    load_checkpoint_file,
+    scale_restored_lr,
+)
 from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
-from rl_lightning.envs.gym_adapter import encode_observations
 from rl_lightning.envs.registry import BACKENDS, is_native_env_id
-from rl_lightning.envs.spaces import (
-    ACTION_MASK_KEY,
-    OBSERVATION_KEY,
-    TensorTree,
-    encode_leaf,
-    flat_values,
-    is_structured,
-    leaf_dtype,
-    zeros_like_space,
-)
+from rl_lightning.envs.spaces import zeros_like_space
 from rl_lightning.export import export_policy, trace_policy
 from rl_lightning.progress import RLProgressBar
 from rl_lightning.seeding import derive_seed
+from rl_lightning.stopping import CollectiveStop
 
-_SUPPORTED_PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed")
-
-# Lightning warns about things our modules do on purpose: the data sources define __len__ (with a
-# length Lightning does not prefetch, which keeps on-policy data on-policy; they run in the main
-# process, so its multi-worker caveat does not apply), on-policy epochs can be shorter than
-# log_every_n_steps (their charts are logged per epoch), and validation is empty during fit.
-# Lightning 2.6's own pytree helper trips torch >= 2.10's LeafSpec deprecation on every run (nothing
-# a user can act on). Silenced while the Trainer runs the module (setup to teardown), never on import.
-_EXPECTED_WARNINGS = (
-    r"Your `IterableDataset` has `__len__` defined",
-    r"The number of training batches \(\d+\) is smaller than the logging interval",
-    # val_dataloader is empty during fit on purpose (greedy evaluation is the Evaluation callback's)
-    r"Total length of `list` across ranks is zero",
-    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-    # under DDP the charts, losses and evaluations are reduced over the ranks before they are logged
-    r"It is recommended to use `self.log\('(charts/|losses/|eval/|test/|step'|env_steps'|SPS'|return')",
-)
-# validate / test of a checkpoint play greedy episodes: the training callbacks' states it holds (and
-# where its checkpoints were written) do not matter there.
-_EXPECTED_EVALUATION_WARNINGS = (
-    r"Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided",
-    r"The dirpath has changed from",
-)
+__all__ = ["RLModule", "as_numpy", "is_tensor_input"]
 
 
 class RLModule(L.LightningModule):
@@ -134,25 +103,17 @@ class RLModule(L.LightningModule):
             )
         self.observation_space = spec_env.single_observation_space
         self.action_space = spec_env.single_action_space
-        # A gymnasium Discrete observation is one-hot in training; act() takes its index as gymnasium gives it.
-        gymnasium_space = getattr(spec_env, "gymnasium_observation_space", None)
-        self._discrete_observations = gymnasium_space if isinstance(gymnasium_space, gym.spaces.Discrete) else None
-        #: A Dict / Tuple (or info-masked) gymnasium observation: act() takes it as gymnasium gives it.
-        self._gymnasium_observation_space = gymnasium_space
-        self._observation_parts = getattr(spec_env, "observation_parts", None)
-        self._mask_source = getattr(spec_env, "mask_source", "obs" if spec_env.has_action_mask else None)
+        self._inputs = ObservationInputs(spec_env, env_id)  # what act() takes
         self.obs_shape, self.obs_dtype = spec_env.obs_shape, spec_env.obs_dtype
         self.action_shape = spec_env.action_shape
         #: The data source, built in ``train_dataloader``.
         self.source: EnvSource | None = None
         self._start_env_steps = 0  # env steps before the source exists (from a checkpoint)
-        # A stop request under DDP: noted by the signal handler, agreed on by all ranks (_received_sigterm).
-        self._collective_stop, self._stop_pending = False, False
+        self._stop = CollectiveStop()  # a SIGTERM every DDP rank agrees on
         self._restored_sources: list[dict[str, Any] | None] | None = None
         self._last_log: tuple[float, int] | None = None  # (time, env_steps) for SPS
         self._epoch_metrics: dict[str, tuple[Tensor | float, int]] = {}  # per-epoch algorithms
         self._finite: Tensor | None = None  # whether losses and weights stayed finite (see _check_numerics)
-        self._warnings_scope: warnings.catch_warnings | None = None  # from setup to teardown
 
     # -- what a subclass provides ----------------------------------------------------------
 
@@ -182,8 +143,13 @@ class RLModule(L.LightningModule):
     # -- the env-step clock ------------------------------------------------------------------
 
     @property
+    def _attached(self) -> bool:
+        """Whether a Trainer runs the module (``training_step`` may also be called by hand)."""
+        return self._trainer is not None
+
+    @property
     def world_size(self) -> int:
-        return self.trainer.world_size if self._trainer is not None else 1
+        return self.trainer.world_size if self._attached else 1
 
     @property
     def env_steps(self) -> int:
@@ -266,54 +232,11 @@ class RLModule(L.LightningModule):
         return source
 
     def _received_sigterm(self) -> bool:
-        """Whether the run was asked to stop. Under DDP every rank calls this at the same points (the
-        sources' checks, each batch's start), and the answer is agreed by an all-reduce: every rank
-        then stops at the same step, and none waits in a collective the others have left."""
-        if self._trainer is None:
-            return False
-        if not self._collective_stop:
-            return self.trainer.received_sigterm
-        flag = torch.tensor(
-            [int(self._stop_pending or self.trainer.received_sigterm)], device=self.trainer.strategy.root_device
-        )
-        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
-        if flag.item():
-            self.trainer._signal_connector.received_sigterm = True  # Lightning's own checks agree too
-        return bool(flag.item())
-
-    def _install_collective_stop(self) -> None:
-        """Under DDP, replace Lightning's SIGTERM handler, which broadcasts from inside the signal
-        handler: a rank interrupted while the others are in a backward pass waits forever (4 of 11
-        SIGTERMs to ``train_ppo.py --devices 2 --strategy ddp`` hung). The handler here only notes
-        the request (and, on the launching rank, forwards the signal to the others, as Lightning's
-        does); :meth:`_received_sigterm` turns it into a stop every rank agrees on."""
-        import signal
-        import threading
-
-        self._collective_stop, self._stop_pending = False, False
-        connector = getattr(self.trainer, "_signal_connector", None)
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        if not distributed or self.world_size <= 1 or connector is None:
-            return
-        if threading.current_thread() is not threading.main_thread():
-            return
-        original = getattr(connector, "_original_handlers", {}).get(signal.SIGTERM)
-        forwarded = []
-
-        def note_sigterm(signum: int, frame: Any) -> None:
-            self._stop_pending = True
-            launcher = self.trainer.strategy.launcher
-            if not forwarded and launcher is not None and callable(getattr(launcher, "kill", None)):
-                forwarded.append(True)
-                launcher.kill(signum)
-            if callable(original):  # the script's own handler (run_script's)
-                original(signum, frame)
-
-        signal.signal(signal.SIGTERM, note_sigterm)  # Lightning's teardown restores the original
-        self._collective_stop = True
+        """Whether the run was asked to stop (under DDP agreed by every rank: ``rl_lightning.stopping``)."""
+        return self._stop.requested(self.trainer) if self._attached else False
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        if self._collective_stop:
+        if self._stop.active:
             self._received_sigterm()  # every rank, every step: a request heard anywhere stops all at this step
 
     # -- acting ---------------------------------------------------------------------------
@@ -344,90 +267,8 @@ class RLModule(L.LightningModule):
         return actions if tensor_in else as_numpy(actions)
 
     def _batch_of_observations(self, obs: Any, action_mask: Any = None) -> tuple[Any, torch.Size]:
-        """``obs`` as a ``(batch, *obs_shape)`` tensor of the env's dtype on the module's device, and
-        the batch shape it had (a ``ValueError`` naming the expected shape otherwise)."""
-        if isinstance(self.observation_space, gym.spaces.Dict):
-            return self._batch_of_structured_observations(obs, action_mask)
-        if action_mask is not None:
-            raise ValueError(f"action_mask was given, but {self.hparams.env_id} has no action masks")
-        if self._discrete_observations is not None:
-            indices = torch.as_tensor(np.asarray(obs.cpu() if isinstance(obs, Tensor) else obs))
-            if not indices.is_floating_point():  # gymnasium's indices (the one-hot rows are float)
-                one_hot = encode_observations(self._discrete_observations, indices).to(self.device)
-                return one_hot, indices.shape
-        obs = torch.as_tensor(obs, device=self.device)
-        obs_shape = self.obs_shape
-        batch_dims = obs.dim() - len(obs_shape)
-        if batch_dims < 0 or tuple(obs.shape[batch_dims:]) != obs_shape:
-            raise ValueError(
-                f"obs must have shape (*batch, {', '.join(map(str, obs_shape))}) for {self.hparams.env_id}, "
-                f"got {tuple(obs.shape)}"
-            )
-        if self.obs_dtype == torch.uint8 and obs.dtype != torch.uint8:
-            # Casting would silently corrupt them: float pixels in [0, 1] become 0 or 1, ints above 255 wrap.
-            raise TypeError(
-                f"obs must be uint8 pixels (0-255) for {self.hparams.env_id}, as its env gives them, got {obs.dtype}; "
-                "for float images in [0, 1] pass (obs * 255).round().to(torch.uint8)"
-            )
-        if obs.dtype == torch.bool or obs.is_complex():
-            raise TypeError(f"obs must be real numbers, got {obs.dtype}")
-        return obs.reshape(-1, *obs_shape).to(self.obs_dtype), obs.shape[:batch_dims]
-
-    def _batch_of_structured_observations(self, obs: Any, action_mask: Any) -> tuple[TensorTree, torch.Size]:
-        """A Dict observation (ours, or gymnasium's of a Dict / Tuple / info-masked space) as a batch
-        tree on the module's device, and its batch shape."""
-        env_id, leaves = self.hparams.env_id, self.observation_space.spaces
-        gymnasium_space, parts = self._gymnasium_observation_space, self._observation_parts or {}
-        if isinstance(obs, dict) and set(obs) <= set(leaves) and set(leaves) - {ACTION_MASK_KEY} <= set(obs):
-            values = dict(obs)  # our flat keys (a part may still be in gymnasium's form: an index)
-        elif gymnasium_space is not None and is_structured(gymnasium_space) and isinstance(obs, (dict, tuple, list)):
-            values = flat_values(gymnasium_space, obs)
-        elif self._mask_source == "info" and not isinstance(obs, (dict, tuple, list)):
-            values = {OBSERVATION_KEY: obs}
-        else:
-            raise ValueError(
-                f"obs must be a dict with keys {sorted(leaves)} for {env_id}"
-                f"{f' (or as gymnasium gives it, {gymnasium_space})' if gymnasium_space is not None else ''}, "
-                f"got {type(obs).__name__}"
-            )
-        if action_mask is not None:
-            if ACTION_MASK_KEY not in leaves:
-                raise ValueError(f"action_mask was given, but {env_id} has no action masks")
-            values[ACTION_MASK_KEY] = action_mask
-        if ACTION_MASK_KEY in leaves and ACTION_MASK_KEY not in values:
-            raise ValueError(
-                f"{env_id} masks its actions: pass act(obs, action_mask=...) with a bool (*batch, "
-                f"{leaves[ACTION_MASK_KEY].shape[0]}) mask (gymnasium's info['action_mask'])"
-            )
-        tree, batch_shape = TensorTree(), None
-        for key, leaf in leaves.items():
-            value = values[key]
-            part = parts.get(key)
-            if isinstance(part, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) and key != ACTION_MASK_KEY:
-                index = value if isinstance(value, Tensor) else torch.as_tensor(np.asarray(value))
-                if not index.is_floating_point():  # gymnasium's indices (our one-hot rows are float)
-                    batch = index.shape if isinstance(part, gym.spaces.Discrete) else index.shape[:-1]
-                    value = encode_leaf(part, index.cpu(), key).reshape(*batch, *leaf.shape)
-            tensor = torch.as_tensor(value.cpu() if isinstance(value, Tensor) else np.asarray(value)).to(self.device)
-            shape = tuple(leaf.shape)
-            batch_dims = tensor.dim() - len(shape)
-            if batch_dims < 0 or tuple(tensor.shape[batch_dims:]) != shape:
-                raise ValueError(
-                    f"obs[{key!r}] must have shape (*batch, {', '.join(map(str, shape))}) for {env_id}, got "
-                    f"{tuple(tensor.shape)}"
-                )
-            if batch_shape is None:
-                batch_shape = tensor.shape[:batch_dims]
-            elif tensor.shape[:batch_dims] != batch_shape:
-                raise ValueError(
-                    f"obs[{key!r}] has the batch shape {tuple(tensor.shape[:batch_dims])}, the other keys "
-                    f"{tuple(batch_shape)}"
-                )
-            dtype = leaf_dtype(leaf)
-            if dtype == torch.uint8 and tensor.dtype != torch.uint8:
-                raise TypeError(f"obs[{key!r}] must be uint8 pixels (0-255) for {env_id}, got {tensor.dtype}")
-            tree[key] = tensor.reshape(-1, *shape).to(dtype)
-        return tree, batch_shape
+        """``obs`` as a batch on the module's device, and its batch shape (``ObservationInputs``)."""
+        return self._inputs.batch(obs, action_mask, self.device)
 
     @property
     def recurrent(self) -> bool:
@@ -449,24 +290,24 @@ class RLModule(L.LightningModule):
         ``"onnx"``, ``"torchscript"``) overrides the suffix. It maps observations ``(batch, *obs_shape)``
         to the actions ``act(obs, greedy=True)`` gives (a recurrent policy also takes and returns its
         state: ``rl_lightning.export``), with no env, Lightning or rl_lightning needed to run it."""
-        policy = copy.deepcopy(self.greedy_policy()).cpu().eval()
-        return export_policy(policy, zeros_like_space(self.observation_space, 2), path, format)
+        return export_policy(self._standalone_policy(), zeros_like_space(self.observation_space, 2), path, format)
 
     def to_torchscript(
         self, file_path: str | Path | None = None, method: str = "trace", example_inputs: Any = None, **kwargs: Any
     ) -> Any:
-        """The greedy policy as TorchScript (traced), saved to ``file_path`` if given. (Lightning's
-        default scripts the whole module, which a module with envs and data sources cannot be.)
-        ``example_inputs``: observations ``(batch, *obs_shape)`` (or a recurrent policy's
-        ``(obs, state, episode_start)``); None: zeros."""
+        """The greedy policy as TorchScript (traced; saved through :meth:`export_policy` if ``file_path``).
+        (Lightning's default scripts the whole module, which a module with envs and sources cannot be.)
+        ``example_inputs``: observations ``(batch, *obs_shape)`` (or a recurrent policy's ``(obs, state,
+        episode_start)``); None: zeros."""
         if method != "trace":
             raise ValueError(f"method must be 'trace' for an RL module, got {method!r}")
-        policy = copy.deepcopy(self.greedy_policy()).cpu().eval()
         example = example_inputs if example_inputs is not None else zeros_like_space(self.observation_space, 2)
-        traced = trace_policy(policy, example)
-        if file_path is not None:
-            traced.save(str(file_path))
-        return traced
+        if file_path is None:
+            return trace_policy(self._standalone_policy(), example)
+        return torch.jit.load(str(export_policy(self._standalone_policy(), example, file_path, "torchscript")))
+
+    def _standalone_policy(self) -> nn.Module:
+        return copy.deepcopy(self.greedy_policy()).cpu().eval()
 
     # -- validate / test: greedy evaluation ----------------------------------------------------
 
@@ -478,7 +319,7 @@ class RLModule(L.LightningModule):
     def val_dataloader(self) -> Any:
         # Trainer.validate only: during fit, greedy evaluation is the Evaluation callback's, at its
         # own cadence in env steps (an empty loader makes Lightning skip its validation loop).
-        if self._trainer is not None and self.trainer.state.fn == "fit":
+        if self._attached and self.trainer.state.fn == "fit":
             return []
         return DataLoader([0], batch_size=None)
 
@@ -518,7 +359,7 @@ class RLModule(L.LightningModule):
 
     def _should_log(self) -> bool:
         """Whether Lightning writes this step's metrics (calling ``self.log`` costs ~0.1 ms)."""
-        if self._trainer is None:  # training_step called by hand (tests)
+        if not self._attached:  # training_step called by hand (tests)
             return False
         if self.log_per_epoch:
             return True
@@ -565,7 +406,7 @@ class RLModule(L.LightningModule):
         if finished[2].item() > 0:  # a host sync, once per log
             metrics["charts/episodic_return"] = finished[0] / finished[2]
             metrics["charts/episodic_length"] = finished[1] / finished[2]
-        if self._trainer is not None and self.trainer.optimizers:
+        if self._attached and self.trainer.optimizers:
             metrics["charts/learning_rate"] = self.trainer.optimizers[0].param_groups[0]["lr"]
         self.log_metrics(metrics)
         # The progress bar: the same fields for every algorithm.
@@ -580,15 +421,11 @@ class RLModule(L.LightningModule):
     # -- optimisation ---------------------------------------------------------------------
 
     def use_fused_adam(self) -> bool:
-        """Whether Adam can be the fused kernel (~0.25 ms faster per step for these tiny nets).
-
-        Under a GradScaler (16-mixed) a fused Adam unscales inside its step, too late to clip the
-        gradient norm (``max_grad_norm``): then clipping needs the plain Adam, which Lightning
-        unscales first."""
-        clipping = self.hparams.get("max_grad_norm") is not None or (
-            self._trainer is not None and self.trainer.gradient_clip_val is not None
-        )
-        return self.device.type in ("cpu", "cuda") and not (self._grad_scaler() and clipping)
+        """Whether Adam can be the fused kernel (~0.25 ms faster per step for these tiny nets): in float32
+        on the CPU or CUDA. (Under mixed precision Lightning cannot clip a fused Adam's gradients: its
+        scaler unscales them inside the step, too late.)"""
+        float32 = not self._attached or str(self.trainer.precision) in ("32-true", "32")
+        return float32 and self.device.type in ("cpu", "cuda")
 
     def configure_gradient_clipping(
         self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None, gradient_clip_algorithm=None
@@ -598,21 +435,7 @@ class RLModule(L.LightningModule):
         max_norm = self.hparams.get("max_grad_norm")
         if gradient_clip_val is None and max_norm is not None:
             gradient_clip_val, gradient_clip_algorithm = max_norm, "norm"
-        if gradient_clip_val is None:
-            return
-        if self._grad_scaler():  # 16-mixed: Lightning unscales first (the optimizer is then not fused)
-            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
-            return
-        # Without a scaler the gradients are already true ones: clip them directly (Lightning's
-        # clip_gradients refuses a fused Adam under any mixed precision, bf16 included).
-        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        if gradient_clip_algorithm in (None, "norm"):
-            torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
-        else:
-            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
-
-    def _grad_scaler(self) -> bool:
-        return self._trainer is not None and getattr(self.trainer.precision_plugin, "scaler", None) is not None
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     # -- numerics -------------------------------------------------------------------------
 
@@ -649,58 +472,20 @@ class RLModule(L.LightningModule):
 
     # -- Lightning hooks ------------------------------------------------------------------
 
-    def setup(self, stage: str) -> None:
-        trainer = self.trainer
-        precision = str(trainer.precision)
-        if precision not in _SUPPORTED_PRECISIONS:
-            raise ValueError(
-                f"Trainer(precision={precision!r}) is not supported: the envs produce float32 observations for "
-                f"float32 networks; use precision='32-true', or 'bf16-mixed' / '16-mixed' for mixed precision"
-            )
-        if trainer.accumulate_grad_batches != 1:
-            raise ValueError(
-                f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) is not supported: every batch is "
-                "fresh experience and the schedules count env steps per optimizer step; for bigger updates raise "
-                "num_envs, num_steps_per_rollout or batch_size instead"
-            )
-        if self._warnings_scope is None:  # left in teardown (or on_exception)
-            self._warnings_scope = warnings.catch_warnings()
-            self._warnings_scope.__enter__()
-            expected = _EXPECTED_WARNINGS + (_EXPECTED_EVALUATION_WARNINGS if stage in ("validate", "test") else ())
-            for message in expected:
-                warnings.filterwarnings("ignore", message=message)
-        # Checkpoints written atomically (and failures raised), unless the user chose a CheckpointIO.
-        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
-            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
-        # No placeholder hp_metric = -1 curve in TensorBoard (Lightning adds one unless told not to).
-        for logger in trainer.loggers:
-            if isinstance(logger, TensorBoardLogger):
-                logger._default_hp_metric = False
-
     def configure_callbacks(self) -> list[L.Callback]:
-        """Lightning's default progress bar is replaced by :class:`~rl_lightning.progress.RLProgressBar`
-        (one bar over the run's env steps); subclasses add theirs to ``super().configure_callbacks()``."""
-        if self._trainer is not None and type(self.trainer.progress_bar_callback) is TQDMProgressBar:
+        """:class:`~rl_lightning.callbacks.guard.RunGuard`, and Lightning's default progress bar replaced by
+        :class:`~rl_lightning.progress.RLProgressBar` (one bar over the run's env steps); subclasses add
+        theirs to ``super().configure_callbacks()``."""
+        if self._attached and type(self.trainer.progress_bar_callback) is TQDMProgressBar:
             # Swapped in place rather than returned: a returned subclass of TQDMProgressBar makes
             # Lightning say it "will override existing callbacks passed to Trainer", which the user did not pass.
             callbacks = self.trainer.callbacks
             callbacks[callbacks.index(self.trainer.progress_bar_callback)] = RLProgressBar()
-        return []
+        return [RunGuard()]
 
     def on_train_start(self) -> None:
         self._last_log = (time.perf_counter(), self.env_steps)
-        self._install_collective_stop()
-
-    def teardown(self, stage: str) -> None:
-        self._remove_warning_filters()
-
-    def on_exception(self, exception: BaseException) -> None:
-        self._remove_warning_filters()
-
-    def _remove_warning_filters(self) -> None:
-        if self._warnings_scope is not None:
-            self._warnings_scope.__exit__(None, None, None)
-            self._warnings_scope = None
+        self._stop.install(self.trainer)
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -746,32 +531,13 @@ class RLModule(L.LightningModule):
             **self.extra_checkpoint_state(),
         }
 
-    def _gather(self, state: dict[str, Any] | None) -> list[dict[str, Any] | None]:
-        """Every rank's source state, indexed by rank. Lightning builds the checkpoint on every
-        rank and writes rank 0's, so the states are all-gathered (every rank calls this)."""
-        if self.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
-            states: list[dict[str, Any] | None] = [None] * self.world_size
-            torch.distributed.all_gather_object(states, state)
-            return states
-        return [state]
+    def _gather(self, state: Any) -> list[Any]:
+        """Every rank's ``state``, indexed by rank (every rank calls this: ``gather_over_ranks``)."""
+        return gather_over_ranks(state, self.world_size)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.check_checkpoint(checkpoint)
-        # This module's lr wins over the checkpoint's (a resume with another --lr): the restored Adam
-        # param groups (and the LR decay's initial_lr) are scaled before Lightning loads them.
-        saved_lr = (checkpoint.get("hyper_parameters") or {}).get("lr")
-        own_lr = self.hparams.get("lr")
-        if (
-            isinstance(saved_lr, (int, float))
-            and isinstance(own_lr, (int, float))
-            and saved_lr > 0
-            and saved_lr != own_lr
-        ):
-            for optimizer_state in checkpoint.get("optimizer_states", []):
-                for group in optimizer_state.get("param_groups", []):
-                    for key in ("lr", "initial_lr"):
-                        if key in group:
-                            group[key] = group[key] * own_lr / saved_lr
+        scale_restored_lr(checkpoint, self.hparams.get("lr"))  # a resume with another --lr uses it
         payload = checkpoint.get(CHECKPOINT_KEY) or {}
         self._start_env_steps = int(payload.get("env_steps", 0))
         self._restored_sources = payload.get("sources")
@@ -779,76 +545,9 @@ class RLModule(L.LightningModule):
         self.load_extra_checkpoint_state(payload)
 
     def check_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Raise ``ValueError`` if ``checkpoint`` was saved by another algorithm, for another env
-        or with other network shapes."""
-        own = self.algorithm_name()
-        payload = checkpoint.get(CHECKPOINT_KEY)
-        if not isinstance(payload, dict) or "state_dict" not in checkpoint:
-            raise ValueError(
-                f"not a checkpoint of an rl_lightning module (no {CHECKPOINT_KEY!r} payload or state_dict)"
-            )
-        saved = payload.get("algorithm")
-        if saved is not None and saved != own:
-            raise ValueError(
-                f"the checkpoint was saved by {saved} but is loaded into {own}: "
-                f"load it with {saved}.load_from_checkpoint(...) (or resume it with {saved})"
-            )
-        hparams = checkpoint.get("hyper_parameters", {})
-        # The payload's env id: load_from_checkpoint(path, env_id=...) overwrites the hyper-parameters'.
-        env_id = payload.get("env_id", hparams.get("env_id"))
-        if env_id is not None and env_id != self.hparams.env_id:
-            raise ValueError(
-                f"the checkpoint was trained on env_id {env_id!r} but this {own} is built for {self.hparams.env_id!r}"
-            )
-        own_state = self.state_dict()
-        saved_state = checkpoint.get("state_dict", {})
-        for name, tensor in saved_state.items():
-            if name in own_state and tuple(own_state[name].shape) != tuple(tensor.shape):
-                raise ValueError(
-                    f"the checkpoint's {name} has shape {tuple(tensor.shape)} but this module's is "
-                    f"{tuple(own_state[name].shape)}: it was built with {_network_settings(hparams)} "
-                    f"for {env_id!r}, this module with {_network_settings(self.hparams)} for "
-                    f"{self.hparams.env_id!r}"
-                )
-        only_saved = sorted(set(saved_state) - set(own_state))
-        only_own = sorted(set(own_state) - set(saved_state))
-        if only_saved or only_own:
-
-            def shapes(names: list[str], state: dict[str, Any]) -> str:
-                listed = ", ".join(f"{name} {tuple(state[name].shape)}" for name in names[:3])
-                return listed + (f" and {len(names) - 3} more" if len(names) > 3 else "") if names else "none"
-
-            raise ValueError(
-                f"the checkpoint's network is not this module's: it was built with {_network_settings(hparams)}, "
-                f"this module with {_network_settings(self.hparams)}; only in the checkpoint: "
-                f"{shapes(only_saved, saved_state)}; only in this module: {shapes(only_own, own_state)}"
-            )
-        saved_envs, own_envs = hparams.get("num_envs"), self.hparams.get("num_envs")
-        if payload.get("sources") and saved_envs is not None and saved_envs != own_envs:
-            raise ValueError(
-                f"the checkpoint ran num_envs={saved_envs} envs per process, this {own} has num_envs={own_envs}: "
-                f"a resumed run continues the checkpoint's envs, so build it with num_envs={saved_envs} "
-                f"(--num_envs {saved_envs}, --model.init_args.num_envs {saved_envs})"
-            )
-
-
-def _network_settings(hparams: Any) -> str:
-    """``recurrent='lstm', hidden_sizes=(64, 64)``: the hyper-parameters that shape a module's weights."""
-    names = ("recurrent", "core_size", "hidden_sizes", "shared_encoder", "normalize_obs", "num_critics")
-    return ", ".join(f"{name}={hparams[name]!r}" for name in names if name in hparams) or "its defaults"
-
-
-def is_tensor_input(obs: Any) -> bool:
-    """Whether ``act`` answers with tensors: for a tensor, or a dict of tensors (a Dict observation)."""
-    return isinstance(obs, Tensor) or (
-        isinstance(obs, dict) and bool(obs) and all(isinstance(value, Tensor) for value in obs.values())
-    )
-
-
-def as_numpy(tensor: Tensor) -> np.ndarray | np.generic:
-    """``tensor`` as a numpy array on the host; a 0-d tensor as a numpy scalar (``np.int64(1)``)."""
-    array = tensor.detach().cpu().numpy()
-    return array[()] if array.ndim == 0 else array
+        """Raise ``ValueError`` if ``checkpoint`` was saved by another algorithm, for another env, with
+        other network shapes or (a resume) another ``num_envs``."""
+        check_checkpoint_fits(checkpoint, self.algorithm_name(), self.hparams, self.state_dict())
 
 
 def _other_algorithms(action_kind: str) -> str:

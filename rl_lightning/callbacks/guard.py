@@ -1,0 +1,94 @@
+"""``RunGuard``: what every rl_lightning run needs from the Trainer, in one callback ``RLModule`` adds.
+
+- the Trainer settings the modules cannot honour are refused (a precision other than float32 or
+  mixed, gradient accumulation);
+- checkpoints are written atomically (``AtomicCheckpointIO``), unless the Trainer was given its own
+  ``CheckpointIO``;
+- TensorBoard gets no placeholder ``hp_metric = -1`` curve;
+- Lightning's warnings about what the modules do on purpose are silenced while the Trainer runs the
+  module (setup to teardown), never on import.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import lightning as L
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from rl_lightning.checkpoints import AtomicCheckpointIO
+
+SUPPORTED_PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed")
+
+# The data sources define __len__ (a length Lightning does not prefetch, which keeps on-policy data
+# on-policy; they run in the main process, so its multi-worker caveat does not apply), on-policy epochs
+# can be shorter than log_every_n_steps (their charts are logged per epoch), validation is empty during
+# fit (greedy evaluation is the Evaluation callback's), and Lightning 2.6's own pytree helper trips torch
+# >= 2.10's LeafSpec deprecation on every run (nothing a user can act on).
+EXPECTED_WARNINGS = (
+    r"Your `IterableDataset` has `__len__` defined",
+    r"The number of training batches \(\d+\) is smaller than the logging interval",
+    r"Total length of `list` across ranks is zero",
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+    # under DDP the charts, losses and evaluations are reduced over the ranks before they are logged
+    r"It is recommended to use `self.log\('(charts/|losses/|eval/|test/|step'|env_steps'|SPS'|return')",
+)
+# validate / test of a checkpoint play greedy episodes: the training callbacks' states it holds (and
+# where its checkpoints were written) do not matter there.
+EXPECTED_EVALUATION_WARNINGS = (
+    r"Be aware that when using `ckpt_path`, callbacks used to create the checkpoint need to be provided",
+    r"The dirpath has changed from",
+)
+
+
+def disable_default_hp_metric(logger: Any) -> None:
+    """No placeholder ``hp_metric = -1`` from a ``TensorBoardLogger`` (Lightning adds one unless built with
+    ``default_hp_metric=False``; a logger the user built is told here). The one place that sets
+    Lightning's private attribute: ``tests/callbacks/test_guard.py`` fails if Lightning renames it."""
+    if isinstance(logger, TensorBoardLogger):
+        logger._default_hp_metric = False
+
+
+class RunGuard(L.Callback):
+    """Refuse the Trainer settings the modules cannot honour, write checkpoints atomically, drop the
+    placeholder ``hp_metric`` and silence Lightning's expected warnings, from setup to teardown."""
+
+    def __init__(self) -> None:
+        self._warnings: warnings.catch_warnings | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        precision = str(trainer.precision)
+        if precision not in SUPPORTED_PRECISIONS:
+            raise ValueError(
+                f"Trainer(precision={precision!r}) is not supported: the envs produce float32 observations for "
+                f"float32 networks; use precision='32-true', or 'bf16-mixed' / '16-mixed' for mixed precision"
+            )
+        if trainer.accumulate_grad_batches != 1:
+            raise ValueError(
+                f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) is not supported: every batch is "
+                "fresh experience and the schedules count env steps per optimizer step; for bigger updates raise "
+                "num_envs, num_steps_per_rollout or batch_size instead"
+            )
+        if self._warnings is None:  # left in teardown (or on_exception)
+            self._warnings = warnings.catch_warnings()
+            self._warnings.__enter__()
+            evaluating = stage in ("validate", "test")
+            for message in EXPECTED_WARNINGS + (EXPECTED_EVALUATION_WARNINGS if evaluating else ()):
+                warnings.filterwarnings("ignore", message=message)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not a CheckpointIO the user chose
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        for logger in trainer.loggers:
+            disable_default_hp_metric(logger)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._leave_warning_scope()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._leave_warning_scope()
+
+    def _leave_warning_scope(self) -> None:
+        if self._warnings is not None:
+            self._warnings.__exit__(None, None, None)
+            self._warnings = None
