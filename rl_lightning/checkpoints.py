@@ -232,6 +232,23 @@ def gather_over_ranks(value: Any, world_size: int) -> list[Any]:
     return [value]
 
 
+def restore_source(source: Any, states: list[Any], rank: int, world_size: int, env_id: str) -> None:
+    """Load rank ``rank``'s state of a checkpoint's ``states`` (one per rank) into ``source``; with another
+    number of processes, or envs that cannot save their state, the envs start fresh (with a warning)."""
+    if len(states) != world_size or states[rank] is None:
+        rank_zero_warn(
+            f"the checkpoint holds data-source states of {len(states)} process(es), this run has "
+            f"{world_size}: the envs start fresh (weights, optimizer and env-step counter are restored)"
+        )
+        return
+    source.load_state_dict(states[rank])
+    if not source.envs.restorable:
+        rank_zero_warn(
+            f"{env_id} cannot save its state: the envs restart fresh, while weights, optimizer, replay buffer "
+            "and counters are restored"
+        )
+
+
 def scale_restored_lr(checkpoint: dict[str, Any], lr: Any) -> None:
     """Scale the checkpoint's optimizer groups (``lr`` and the LR decay's ``initial_lr``) by ``lr`` / the
     checkpoint's ``lr``: a resume with another learning rate uses it (Lightning would restore the old one)."""

@@ -237,6 +237,21 @@ def trace_policy(policy: nn.Module, example_obs: Tensor | TensorTree | tuple[Ten
         return torch.jit.trace(policy.eval(), inputs, check_trace=False)
 
 
+def to_torchscript(
+    policy: nn.Module,
+    example_obs: Tensor | TensorTree | tuple[Tensor, ...],
+    path: str | Path | None = None,
+    method: str = "trace",
+) -> torch.jit.ScriptModule:
+    """``policy`` traced to TorchScript (``method`` must be ``"trace"``: a policy with data-dependent
+    heads does not script); with ``path``, written there as :func:`export_policy` writes, and loaded back."""
+    if method != "trace":
+        raise ValueError(f"method must be 'trace' for an RL module, got {method!r}")
+    if path is None:
+        return trace_policy(policy, example_obs)
+    return torch.jit.load(str(export_policy(policy, example_obs, path, "torchscript")))
+
+
 def _example_inputs(policy: nn.Module, example_obs: Tensor | tuple[Tensor, ...]) -> tuple[Tensor, ...]:
     """``(obs,)`` (or one tensor per key), then ``(zero state, no episode start)`` for a recurrent ``policy``."""
     obs = example_obs if isinstance(example_obs, tuple) else (example_obs,)

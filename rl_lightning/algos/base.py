@@ -26,7 +26,6 @@ import numpy as np
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.callbacks import TQDMProgressBar
-from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
@@ -38,6 +37,7 @@ from rl_lightning.checkpoints import (
     check_checkpoint_fits,
     gather_over_ranks,
     load_checkpoint_file,
+    restore_source,
     scale_restored_lr,
 )
 from rl_lightning.data.rollout import RolloutTensors
@@ -46,7 +46,7 @@ from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.registry import BACKENDS, is_native_env_id
 from rl_lightning.envs.spaces import zeros_like_space
-from rl_lightning.export import export_policy, trace_policy
+from rl_lightning.export import export_policy, to_torchscript
 from rl_lightning.progress import RLProgressBar
 from rl_lightning.seeding import derive_seed
 from rl_lightning.stopping import CollectiveStop
@@ -113,7 +113,6 @@ class RLModule(L.LightningModule):
         self._restored_sources: list[dict[str, Any] | None] | None = None
         self._last_log: tuple[float, int] | None = None  # (time, env_steps) for SPS
         self._epoch_metrics: dict[str, tuple[Tensor | float, int]] = {}  # per-epoch algorithms
-        self._finite: Tensor | None = None  # whether losses and weights stayed finite (see _check_numerics)
 
     # -- what a subclass provides ----------------------------------------------------------
 
@@ -217,18 +216,7 @@ class RLModule(L.LightningModule):
         source.should_stop = self._received_sigterm
         states, self._restored_sources = self._restored_sources, None
         if states is not None:
-            if len(states) == world_size and states[rank] is not None:
-                source.load_state_dict(states[rank])
-                if not envs.restorable:
-                    rank_zero_warn(
-                        f"{self.hparams.env_id} cannot save its state: the envs restart fresh, while weights, "
-                        "optimizer, replay buffer and counters are restored"
-                    )
-            else:
-                rank_zero_warn(
-                    f"the checkpoint holds data-source states of {len(states)} process(es), this run has "
-                    f"{world_size}: the envs start fresh (weights, optimizer and env-step counter are restored)"
-                )
+            restore_source(source, states, rank, world_size, self.hparams.env_id)
         return source
 
     def _received_sigterm(self) -> bool:
@@ -295,16 +283,12 @@ class RLModule(L.LightningModule):
     def to_torchscript(
         self, file_path: str | Path | None = None, method: str = "trace", example_inputs: Any = None, **kwargs: Any
     ) -> Any:
-        """The greedy policy as TorchScript (traced; saved through :meth:`export_policy` if ``file_path``).
+        """The greedy policy as TorchScript (traced; saved as :meth:`export_policy` saves, if ``file_path``).
         (Lightning's default scripts the whole module, which a module with envs and sources cannot be.)
         ``example_inputs``: observations ``(batch, *obs_shape)`` (or a recurrent policy's ``(obs, state,
         episode_start)``); None: zeros."""
-        if method != "trace":
-            raise ValueError(f"method must be 'trace' for an RL module, got {method!r}")
         example = example_inputs if example_inputs is not None else zeros_like_space(self.observation_space, 2)
-        if file_path is None:
-            return trace_policy(self._standalone_policy(), example)
-        return torch.jit.load(str(export_policy(self._standalone_policy(), example, file_path, "torchscript")))
+        return to_torchscript(self._standalone_policy(), example, file_path, method)
 
     def _standalone_policy(self) -> nn.Module:
         return copy.deepcopy(self.greedy_policy()).cpu().eval()
@@ -382,7 +366,6 @@ class RLModule(L.LightningModule):
             self._epoch_metrics[name] = (total + value, count + 1)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self._check_numerics(outputs)
         if batch_idx + 1 >= self.trainer.num_training_batches:  # the epoch's last batch
             for name, (total, count) in self._epoch_metrics.items():
                 self.log(name, total / count, on_step=False, on_epoch=True, batch_size=1)
@@ -437,39 +420,6 @@ class RLModule(L.LightningModule):
             gradient_clip_val, gradient_clip_algorithm = max_norm, "norm"
         self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
-    # -- numerics -------------------------------------------------------------------------
-
-    def _check_numerics(self, outputs: Any) -> None:
-        """Stop the run with a clear error when the loss or the weights stop being finite.
-
-        Every step on the CPU; on other devices the check accumulates on the device and is read at
-        log steps, epoch ends and before any checkpoint is written (a read is a device sync)."""
-        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        if loss is None:
-            return
-        weights = torch.stack(torch._foreach_norm([p.detach() for p in self.parameters()])).sum()
-        finite = torch.isfinite(loss.detach()) & torch.isfinite(weights)
-        self._finite = finite if self._finite is None else self._finite & finite
-        if self.device.type == "cpu" or self._should_log():
-            self.raise_if_not_finite()
-
-    def raise_if_not_finite(self, before: str = "") -> None:
-        """Raise ``FloatingPointError`` if a non-finite loss or weight was seen since the last check."""
-        if self._finite is None:
-            return
-        finite, self._finite = bool(self._finite), None
-        if finite:
-            return
-        bad = [name for name, p in self.named_parameters() if not bool(torch.isfinite(p).all())]
-        what = f"the weights ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})" if bad else "the loss"
-        hp = self.hparams
-        raise FloatingPointError(
-            f"{type(self).__name__}: {what} became NaN or infinite at optimizer step {self.global_step} "
-            f"(env step {self.env_steps:,}){before}. Try a lower learning rate (lr={hp.get('lr')}), gradient "
-            "clipping (max_grad_norm / Trainer(gradient_clip_val=...)), or check the env's rewards and "
-            "observations for NaN; the run stopped before saving it, so the last checkpoint is the last good one"
-        )
-
     # -- Lightning hooks ------------------------------------------------------------------
 
     def configure_callbacks(self) -> list[L.Callback]:
@@ -518,10 +468,6 @@ class RLModule(L.LightningModule):
         checkpoint.setdefault("hyper_parameters", {})["_class_path"] = (
             f"{type(self).__module__}.{type(self).__qualname__}"
         )
-        # Never write a checkpoint of weights that are no longer finite: the previous one is the good one.
-        if not all(bool(torch.isfinite(p).all()) for p in self.parameters()):
-            self._finite = torch.zeros((), dtype=torch.bool)
-        self.raise_if_not_finite(before=", before a checkpoint could be written")
         state = None if self.source is None else move_data_to_device(self.source.state_dict(), "cpu")
         checkpoint[CHECKPOINT_KEY] = {
             "algorithm": self.algorithm_name(),

@@ -5,6 +5,8 @@
 - checkpoints are written atomically (``AtomicCheckpointIO``), unless the Trainer was given its own
   ``CheckpointIO``;
 - TensorBoard gets no placeholder ``hp_metric = -1`` curve;
+- a loss or weight that stops being finite stops the run with a clear error, before any checkpoint
+  of it is written;
 - Lightning's warnings about what the modules do on purpose are silenced while the Trainer runs the
   module (setup to teardown), never on import.
 """
@@ -15,6 +17,7 @@ import warnings
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.loggers import TensorBoardLogger
 
@@ -53,10 +56,12 @@ def disable_default_hp_metric(logger: Any) -> None:
 
 class RunGuard(L.Callback):
     """Refuse the Trainer settings the modules cannot honour, write checkpoints atomically, drop the
-    placeholder ``hp_metric`` and silence Lightning's expected warnings, from setup to teardown."""
+    placeholder ``hp_metric``, stop a run whose loss or weights became NaN, and silence Lightning's
+    expected warnings, from setup to teardown."""
 
     def __init__(self) -> None:
         self._warnings: warnings.catch_warnings | None = None
+        self._finite: torch.Tensor | None = None  # whether losses and weights stayed finite since the last read
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         precision = str(trainer.precision)
@@ -92,3 +97,38 @@ class RunGuard(L.Callback):
         if self._warnings is not None:
             self._warnings.__exit__(None, None, None)
             self._warnings = None
+
+    # -- the NaN guard: every step on the CPU; elsewhere accumulated on the device and read at log steps
+    # -- and before a checkpoint is written (a read is a device sync)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is None:
+            return
+        weights = torch.stack(torch._foreach_norm([p.detach() for p in pl_module.parameters()])).sum()
+        finite = torch.isfinite(loss.detach()) & torch.isfinite(weights)
+        self._finite = finite if self._finite is None else self._finite & finite
+        if pl_module.device.type == "cpu" or pl_module._should_log():
+            self._raise_if_not_finite(pl_module)
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        # Never write a checkpoint of weights that are no longer finite: the previous one is the good one.
+        if not all(bool(torch.isfinite(p).all()) for p in pl_module.parameters()):
+            self._finite = torch.zeros((), dtype=torch.bool)
+        self._raise_if_not_finite(pl_module, before=", before a checkpoint could be written")
+
+    def _raise_if_not_finite(self, pl_module: Any, before: str = "") -> None:
+        if self._finite is None:
+            return
+        finite, self._finite = bool(self._finite), None
+        if finite:
+            return
+        bad = [name for name, p in pl_module.named_parameters() if not bool(torch.isfinite(p).all())]
+        what = f"the weights ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})" if bad else "the loss"
+        lr = pl_module.hparams.get("lr")
+        raise FloatingPointError(
+            f"{type(pl_module).__name__}: {what} became NaN or infinite at optimizer step {pl_module.global_step} "
+            f"(env step {pl_module.env_steps:,}){before}. Try a lower learning rate (lr={lr}), "
+            "gradient clipping (max_grad_norm / Trainer(gradient_clip_val=...)), or check the env's rewards and "
+            "observations for NaN; the run stopped before saving it, so the last checkpoint is the last good one"
+        )

@@ -6,6 +6,7 @@ from torch import nn
 from rl_lightning.algos.dqn import DQNModule
 from rl_lightning.callbacks.epsilon import EpsilonDecay
 from rl_lightning.callbacks.evaluation import evaluate_policy
+from rl_lightning.callbacks.guard import RunGuard
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
 from rl_lightning.data.replay import ReplayBufferSamples
 
@@ -58,7 +59,8 @@ def test_max_grad_norm_clips_the_global_gradient_norm():
     module.training_step(_hand_batch(), 0).backward()
     grads = [p.grad for p in module.q_network.parameters()]
     assert torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads])) > 1.0  # before: ~3
-    module.configure_gradient_clipping(module.configure_optimizers())
+    module.trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    module.configure_gradient_clipping(module.configure_optimizers())  # Lightning's clip_gradients
     clipped = torch.cat([p.grad.flatten() for p in module.q_network.parameters()])
     assert torch.linalg.vector_norm(clipped).item() == pytest.approx(0.1, rel=1e-5)
 
@@ -113,7 +115,8 @@ def test_no_kwargs_sink():
 
 def test_default_callbacks_use_the_hyperparameters():
     module = DQNModule(target_update_env_steps=None, tau=0.01, epsilon_end=0.02, exploration_fraction=0.3)
-    sync, decay = module.configure_callbacks()
+    guard, sync, decay = module.configure_callbacks()
+    assert isinstance(guard, RunGuard)  # every module's (RLModule.configure_callbacks)
     assert isinstance(sync, TargetNetworkSync) and (sync.every_n_env_steps, sync.tau) == (None, 0.01)
     assert isinstance(decay, EpsilonDecay) and (decay.end, decay.fraction) == (0.02, 0.3)
     assert module.hparams.tau == 0.01  # saved by save_hyperparameters
