@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,6 +29,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from rl_lightning._checks import check_bool, check_choice, check_int, check_seed, check_str
+from rl_lightning.algos._charts import Charts
 from rl_lightning.algos._inputs import ObservationInputs, as_numpy, is_tensor_input
 from rl_lightning.callbacks.guard import RunGuard
 from rl_lightning.checkpoints import (
@@ -111,8 +111,7 @@ class RLModule(L.LightningModule):
         self._start_env_steps = 0  # env steps before the source exists (from a checkpoint)
         self._stop = CollectiveStop()  # a SIGTERM every DDP rank agrees on
         self._restored_sources: list[dict[str, Any] | None] | None = None
-        self._last_log: tuple[float, int] | None = None  # (time, env_steps) for SPS
-        self._epoch_metrics: dict[str, tuple[Tensor | float, int]] = {}  # per-epoch algorithms
+        self._charts = Charts()
 
     # -- what a subclass provides ----------------------------------------------------------
 
@@ -339,67 +338,25 @@ class RLModule(L.LightningModule):
                 "a run that diverged stops with an error before saving, so load an earlier checkpoint"
             )
 
-    # -- logging --------------------------------------------------------------------------
+    # -- logging (``rl_lightning.algos._charts``) ------------------------------------------------
 
-    def _should_log(self) -> bool:
+    def should_log(self) -> bool:
         """Whether Lightning writes this step's metrics (calling ``self.log`` costs ~0.1 ms)."""
-        if not self._attached:  # training_step called by hand (tests)
-            return False
-        if self.log_per_epoch:
-            return True
-        every = self.trainer.log_every_n_steps
-        return every > 0 and (self.global_step + 1) % every == 0
+        return self._charts.should_log(self)
 
     def log_metrics(self, metrics: dict[str, Tensor | float], prog_bar: tuple[str, ...] = ()) -> None:
-        """Log ``metrics`` (already reduced over processes) with this algorithm's cadence: every
-        call for per-step algorithms (call it only when ``_should_log()``); for per-epoch ones the
-        values are averaged here and handed to Lightning once, at the epoch's last batch
-        (``self.log`` costs ~1 ms a call, more than a whole PPO minibatch update)."""
-        if not self.log_per_epoch:
-            for name, value in metrics.items():
-                self.log(name, value, on_step=True, on_epoch=False, prog_bar=name in prog_bar, batch_size=1)
-            # Lightning writes a logged "step" as the x-axis: every RL curve is against env steps.
-            self.log("step", float(self.env_steps), on_step=True, on_epoch=False, batch_size=1)
-            return
-        for name, value in metrics.items():
-            total, count = self._epoch_metrics.get(name, (0.0, 0))
-            self._epoch_metrics[name] = (total + value, count + 1)
+        """Log ``metrics`` (already reduced over processes) with the algorithm's cadence: at once for
+        per-step algorithms (call it only when ``should_log()``), averaged over the epoch for per-epoch ones."""
+        self._charts.log(self, metrics, prog_bar)
+
+    def log_charts(self) -> None:
+        """The charts of every algorithm: episodic return and length (the episodes that finished since the
+        last log, all processes), SPS, env steps and learning rate, and the progress bar's fields."""
+        self._charts.log_charts(self)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if batch_idx + 1 >= self.trainer.num_training_batches:  # the epoch's last batch
-            for name, (total, count) in self._epoch_metrics.items():
-                self.log(name, total / count, on_step=False, on_epoch=True, batch_size=1)
-            self._epoch_metrics.clear()
-            # The x-axis of everything written at the epoch's end (charts, evaluation): env steps.
-            self.log("step", float(self.env_steps), on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
-
-    def log_charts(self) -> None:
-        """The charts of every algorithm: episodic return and length (the episodes that finished
-        since the last log, all processes), SPS, env steps and learning rate."""
-        if self.source is None:
-            return
-        finished = self.source.episodes.pop()
-        if self.world_size > 1:
-            finished = self.trainer.strategy.reduce(finished, reduce_op="sum")
-        now, env_steps = time.perf_counter(), self.env_steps
-        metrics: dict[str, Tensor | float] = {"charts/env_steps": float(env_steps)}
-        if self._last_log is not None and now > self._last_log[0]:
-            metrics["charts/SPS"] = (env_steps - self._last_log[1]) / (now - self._last_log[0])
-        self._last_log = (now, env_steps)
-        if finished[2].item() > 0:  # a host sync, once per log
-            metrics["charts/episodic_return"] = finished[0] / finished[2]
-            metrics["charts/episodic_length"] = finished[1] / finished[2]
-        if self._attached and self.trainer.optimizers:
-            metrics["charts/learning_rate"] = self.trainer.optimizers[0].param_groups[0]["lr"]
-        self.log_metrics(metrics)
-        # The progress bar: the same fields for every algorithm.
-        for name, key in (
-            ("env_steps", "charts/env_steps"),
-            ("SPS", "charts/SPS"),
-            ("return", "charts/episodic_return"),
-        ):
-            if key in metrics:
-                self.log(name, metrics[key], prog_bar=True, logger=False, on_step=True, on_epoch=False, batch_size=1)
+            self._charts.end_epoch(self)
 
     # -- optimisation ---------------------------------------------------------------------
 
@@ -434,7 +391,7 @@ class RLModule(L.LightningModule):
         return [RunGuard()]
 
     def on_train_start(self) -> None:
-        self._last_log = (time.perf_counter(), self.env_steps)
+        self._charts.start(self.env_steps)
         self._stop.install(self.trainer)
 
     # -- checkpoints ----------------------------------------------------------------------

@@ -206,7 +206,7 @@ class DQNModule(OffPolicyModule):
                 next_q_values = torch.where(next_mask.any(dim=1), next_q_values, 0.0)
             td_targets = compute_td_target(batch.rewards, batch.terminated, next_q_values, self.discounts(batch))
         loss = compute_td_loss(q_values, td_targets, self.hparams.loss)
-        if self._should_log():
+        if self.should_log():
             self.log_metrics(
                 {
                     "losses/td_loss": loss.detach(),

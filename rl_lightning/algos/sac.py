@@ -187,7 +187,7 @@ class SACModule(OffPolicyModule):
         if learned_alpha:
             alpha_loss = compute_sac_alpha_loss(self.log_alpha, logprobs, self.target_entropy)
             loss = loss + alpha_loss
-        if self._should_log():
+        if self.should_log():
             metrics: dict[str, Tensor | float] = {
                 "losses/qf_loss": critic_loss.detach(),
                 "losses/qf_values": q_values.detach().mean(),

@@ -184,7 +184,7 @@ class TD3Module(OffPolicyModule):
             actor_loss = -self.critic(batch.obs, self.actor(batch.obs), detach_params=True)[0].mean()
             loss = loss + actor_loss
             metrics["losses/actor_loss"] = actor_loss.detach()
-        if self._should_log():
+        if self.should_log():
             self.log_metrics(
                 {name: value.detach() if isinstance(value, Tensor) else value for name, value in metrics.items()}
             )

@@ -108,7 +108,7 @@ class RunGuard(L.Callback):
         weights = torch.stack(torch._foreach_norm([p.detach() for p in pl_module.parameters()])).sum()
         finite = torch.isfinite(loss.detach()) & torch.isfinite(weights)
         self._finite = finite if self._finite is None else self._finite & finite
-        if pl_module.device.type == "cpu" or pl_module._should_log():
+        if pl_module.device.type == "cpu" or pl_module.should_log():
             self._raise_if_not_finite(pl_module)
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: Any, checkpoint: dict[str, Any]) -> None:

@@ -34,7 +34,7 @@ class OneStepQ(OffPolicyModule):  # the whole algorithm: 27 lines
 
     def training_step(self, batch, batch_idx):
         q_values = self.q_network(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
-        if self._should_log():
+        if self.should_log():
             self.log_charts()
         return F.mse_loss(q_values, batch.rewards)
 
