@@ -26,9 +26,9 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from rl_lightning._checks import check_bool, check_float, check_int
+from rl_lightning._checks import check_bool, check_int
 from rl_lightning.algos.base import RLModule
-from rl_lightning.data.replay import ReplayBufferSamples, ReplaySource
+from rl_lightning.data.replay import ReplayBufferSamples, ReplaySource, check_buffer_settings
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.seeding import derive_seed
 
@@ -91,7 +91,7 @@ class OffPolicyModule(RLModule):
         checkpoint_buffer: bool,
     ):
         super().__init__(env_id, num_envs, seed, env_backend, env_kwargs)
-        check_int("buffer_size", buffer_size, num_envs)
+        check_buffer_settings(buffer_size, num_envs, n_step, gamma)
         check_int("batch_size", batch_size, 1)
         check_int("learning_starts", learning_starts, 0)
         if learning_starts > buffer_size:
@@ -102,13 +102,6 @@ class OffPolicyModule(RLModule):
         check_int("train_freq", train_freq, 1)
         check_int("gradient_steps", gradient_steps, 1)
         check_int("steps_per_epoch", steps_per_epoch, 1)
-        check_float("gamma", gamma, 0.0, 1.0)
-        check_int("n_step", n_step, 1)
-        if (n_step - 1) * num_envs >= buffer_size:
-            raise ValueError(
-                f"buffer_size ({buffer_size}) must hold more than (n_step - 1) * num_envs = {(n_step - 1) * num_envs} "
-                "transitions"
-            )
         check_bool("checkpoint_buffer", checkpoint_buffer)
         self._num_envs = num_envs
         #: The replay settings of the layer.

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from rl_lightning._checks import check_bool, check_float, check_int, check_seed, check_sizes
+from rl_lightning._checks import check_float, check_int, check_seed, check_sizes
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs.base import VectorEnv, resolve_device, sample_legal
 from rl_lightning.envs.spaces import ACTION_MASK_KEY, TensorTree, as_tree, plain
@@ -25,6 +25,22 @@ from rl_lightning.losses import compute_n_step_returns
 from rl_lightning.nets import masked_logits
 
 _WARMUP_CHUNK = 256  # vectorised random steps between two checks for a stop request
+
+
+def check_buffer_settings(buffer_size: int, num_envs: int, n_step: int, gamma: float) -> None:
+    """The one check of a replay buffer's settings (``ReplayBuffer`` and ``OffPolicyModule`` take them):
+    ``buffer_size`` transitions hold a step of every env and an n-step sample's chain."""
+    check_int("num_envs", num_envs, 1)
+    check_int("buffer_size", buffer_size, 1)
+    if num_envs > buffer_size:
+        raise ValueError(f"buffer_size ({buffer_size}) must hold a step of every env: >= num_envs ({num_envs})")
+    check_int("n_step", n_step, 1)
+    check_float("gamma", gamma, 0.0, 1.0)
+    if (n_step - 1) * num_envs >= buffer_size:
+        raise ValueError(
+            f"buffer_size ({buffer_size}) must hold more than (n_step - 1) * num_envs = {(n_step - 1) * num_envs} "
+            "transitions: an n-step sample needs its chain in the buffer"
+        )
 
 
 class ReplayBufferSamples(NamedTuple):
@@ -79,10 +95,7 @@ class ReplayBuffer:
         n_step: int = 1,
         gamma: float = 0.99,
     ):
-        check_int("buffer_size", buffer_size, 1)
-        check_int("num_envs", num_envs, 1)
-        if num_envs > buffer_size:
-            raise ValueError(f"num_envs ({num_envs}) must be <= buffer_size ({buffer_size})")
+        check_buffer_settings(buffer_size, num_envs, n_step, gamma)
         structured = isinstance(obs_shape, dict)
         dtypes = obs_dtype if structured else {"": obs_dtype}
         if structured and (not isinstance(obs_dtype, dict) or set(obs_dtype) != set(obs_shape)):
@@ -90,14 +103,7 @@ class ReplayBuffer:
         for dtype in dtypes.values():
             if dtype not in (torch.float32, torch.uint8, torch.bool):
                 raise TypeError(f"obs_dtype must be torch.float32, torch.uint8 or torch.bool, got {dtype!r}")
-        self.n_step = check_int("n_step", n_step, 1)
-        if (n_step - 1) * num_envs >= buffer_size:
-            raise ValueError(
-                f"buffer_size ({buffer_size}) must hold more than (n_step - 1) * num_envs = {(n_step - 1) * num_envs} "
-                "transitions: an n-step sample needs its chain in the buffer"
-            )
-        self.gamma = check_float("gamma", gamma, 0.0, 1.0)
-        self.buffer_size = buffer_size
+        self.n_step, self.gamma, self.buffer_size = n_step, gamma, buffer_size
         if structured:
             self.obs_shape: Any = {
                 key: check_sizes(f"obs_shape[{key!r}]", tuple(shape)) for key, shape in obs_shape.items()
@@ -360,16 +366,11 @@ class ReplaySource(EnvSource):
         checkpoint_buffer: bool = True,
     ):
         super().__init__(envs, seed=seed, world_size=world_size, env_steps=env_steps)
-        if not callable(explore):
-            raise TypeError(f"explore must be callable (obs, generator) -> actions, got {type(explore).__name__}")
+        # The settings were checked where they entered (OffPolicyModule; the buffer's by ReplayBuffer).
         self.explore = explore
         self.buffer = ReplayBuffer.for_env(envs, buffer_size, seed=buffer_seed, n_step=n_step, gamma=gamma)
-        self.batch_size = check_int("batch_size", batch_size, 1)
-        self.learning_starts = check_int("learning_starts", learning_starts, 0)
-        self.train_freq = check_int("train_freq", train_freq, 1)
-        self.gradient_steps = check_int("gradient_steps", gradient_steps, 1)
-        self.num_batches = check_int("num_batches", num_batches, 1)
-        self.checkpoint_buffer = check_bool("checkpoint_buffer", checkpoint_buffer)
+        self.batch_size, self.learning_starts, self.num_batches = batch_size, learning_starts, num_batches
+        self.train_freq, self.gradient_steps, self.checkpoint_buffer = train_freq, gradient_steps, checkpoint_buffer
         #: This batch's place among its collection's ``gradient_steps`` batches (0: collect first).
         self.batch_in_collection = 0
 
