@@ -473,8 +473,8 @@ def sample_categorical(logits: Tensor, generator: torch.Generator | None = None)
 
 
 class _EncoderHeadNetwork(nn.Module):
-    """An encoder then a head, kept as one ``nn.Sequential`` called ``layers`` (the seeds' contract:
-    for a vector observation it is Linear-ReLU-...-Linear, no final activation); ``encoder`` and
+    """An encoder then a head, kept as one ``nn.Sequential`` called ``layers`` (a stable state-dict
+    layout: for a vector observation it is Linear-ReLU-...-Linear, no final activation); ``encoder`` and
     ``head`` are views of the same modules (``layers[:-1]`` or the one encoder module, and
     ``layers[-1]``), not extra copies: the parameters and the state dict are ``layers``' alone."""
 
@@ -581,7 +581,7 @@ class PolicyNetwork(_EncoderHeadNetwork):
 
 class QNetwork(_EncoderHeadNetwork):
     """One Q-value per discrete action: an encoder and a Linear layer, as one ``nn.Sequential``
-    ``layers`` (the seeds' Linear-ReLU-Linear-ReLU-Linear: 10,934 parameters for CartPole with the
+    ``layers`` (Linear-ReLU-Linear-ReLU-Linear: 10,934 parameters for CartPole with the
     default (120, 84) MLP).
 
     Args:

@@ -30,7 +30,7 @@ class Charts:
 
     @staticmethod
     def should_log(module: Any) -> bool:
-        if module._trainer is None:  # training_step called by hand (tests)
+        if not module._attached:  # training_step called by hand (tests)
             return False
         if module.log_per_epoch:
             return True
@@ -68,7 +68,7 @@ class Charts:
         if finished[2].item() > 0:  # a host sync, once per log
             metrics["charts/episodic_return"] = finished[0] / finished[2]
             metrics["charts/episodic_length"] = finished[1] / finished[2]
-        if module._trainer is not None and module.trainer.optimizers:
+        if module._attached and module.trainer.optimizers:
             metrics["charts/learning_rate"] = module.trainer.optimizers[0].param_groups[0]["lr"]
         self.log(module, metrics)
         for name, key in _PROGRESS_BAR:

@@ -192,6 +192,6 @@ class OffPolicyModule(RLModule):
 
     def load_extra_checkpoint_state(self, state: dict[str, Any]) -> None:
         states = state.get("update_generators") or []
-        rank = self.global_rank if self._trainer is not None else 0
+        rank = self.global_rank if self._attached else 0
         self._update_generator = None
         self._update_generator_state = states[rank] if rank < len(states) else None

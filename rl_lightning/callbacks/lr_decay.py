@@ -17,7 +17,7 @@ class LinearLRDecay(L.Callback):
 
     An update's progress is ``pl_module.env_steps_before_batch / total_env_steps``: the env steps
     taken before its data was collected, so the first update uses ``lr``, the k-th VPG rollout's
-    update the value after k - 1 rollouts (the seeds' ``scheduler.step()`` after
+    update the value after k - 1 rollouts (a ``scheduler.step()`` after each
     ``optimizer.step()``), and every minibatch of PPO's k-th rollout that value too (CleanRL's
     per-iteration annealing). ``total_env_steps`` defaults to the module's planned env steps for
     the Trainer's run (``schedule.planned_env_steps``).
