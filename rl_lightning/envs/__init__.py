@@ -1,9 +1,12 @@
 """Torch vector environments: every copy stepped in lock-step as tensors on one device."""
 
+import warnings
+
+import torch
+
 from rl_lightning.envs.acrobot import Acrobot
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.cartpole import CartPole, CartPoleNoVel
-from rl_lightning.envs.fused import FusedCartPole
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
 from rl_lightning.envs.mountain_car import MountainCar, MountainCarContinuous
 from rl_lightning.envs.pendulum import Pendulum
@@ -21,10 +24,18 @@ from rl_lightning.envs.probes import (
 from rl_lightning.envs.registry import make_envs, register, registered_env_ids, solved_return
 from rl_lightning.envs.structured_probes import DictProbe, MaskedProbe, MultiBinaryProbe, MultiDiscreteProbe
 
+
+def _deprecated_cartpole_gpu(num_envs: int, seed: int | None = None, device: torch.device | str = "cpu") -> CartPole:
+    """``"CartPole-gpu"``, an older name of ``"CartPole-v1"``: the same env, with a warning."""
+    # stacklevel 3: this factory, make_envs, then the caller of make_envs.
+    warnings.warn('env id "CartPole-gpu" is deprecated: use "CartPole-v1"', DeprecationWarning, stacklevel=3)
+    return CartPole(num_envs, seed, device)
+
+
 # solved_return: gymnasium's reward_threshold where it has one; Pendulum-v1 has none, -200 is the
 # usual bar (RL Zoo, CleanRL); MemoryProbe's optimum is 1.
 register("CartPole-v1", CartPole, solved_return=475.0)
-register("CartPole-gpu", CartPole, solved_return=475.0)  # the seeds' name, kept as an alias
+register("CartPole-gpu", _deprecated_cartpole_gpu, solved_return=475.0)
 register("CartPoleNoVel-v1", CartPoleNoVel, solved_return=475.0)
 register("MemoryProbe-v0", MemoryProbe, solved_return=1.0)
 register("Acrobot-v1", Acrobot, solved_return=-100.0)
@@ -45,7 +56,6 @@ __all__ = [
     "ContinuousProbe1",
     "ContinuousProbe2",
     "DictProbe",
-    "FusedCartPole",
     "GymnasiumVectorEnv",
     "ImageProbe5",
     "MaskedProbe",

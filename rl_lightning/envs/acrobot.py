@@ -10,7 +10,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning.envs._classic_control import ClassicControlEnv, disc, paint, pixel_grid, rectangle
+from rl_lightning.envs._classic_control import ClassicControlEnv
+from rl_lightning.envs.render import disc, paint, pixel_grid, rectangle
 
 # gymnasium.envs.classic_control.acrobot.AcrobotEnv's constants ("book" dynamics, no torque noise).
 DT = 0.2
@@ -45,43 +46,28 @@ class Acrobot(ClassicControlEnv):
     truncation after 500 steps. gymnasium's "book" dynamics, integrated with its 4th-order
     Runge-Kutta step of 0.2 s, angles wrapped to [-pi, pi], velocities clipped to 4 pi, 9 pi.
 
-    Args:
-        num_envs: number of copies.
-        seed: seed of the private generator.
-        device: where the state lives.
-        dtype: ``torch.float32`` (default, fastest) or ``torch.float64`` (gymnasium computes in
-            float64: trajectories then agree with it to rounding, until the chaotic dynamics
-            amplify the rounding). Observations are float32 either way.
-        max_episode_steps: the time limit (500 for ``Acrobot-v1``).
-
-    ``env.state`` is the physical state ``(num_envs, 4)`` = (theta1, theta2, dtheta1, dtheta2);
-    it may be read and assigned (``env.state = s`` or ``env.state[i] = s_i``).
+    Arguments as :class:`~rl_lightning.envs._classic_control.ClassicControlEnv`'s; float64
+    trajectories agree with gymnasium's to rounding, until the chaotic dynamics amplify it.
+    ``env.state`` is ``(num_envs, 4)`` = (theta1, theta2, dtheta1, dtheta2).
     """
 
     state_size = 4
+    default_max_episode_steps = MAX_EPISODE_STEPS
     render_fps = 15
 
-    def __init__(
-        self,
-        num_envs: int,
-        seed: int | None = None,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-        max_episode_steps: int = MAX_EPISODE_STEPS,
-    ):
+    def _spaces(self) -> tuple[gym.spaces.Box, gym.spaces.Discrete]:
         high = np.array([1.0, 1.0, 1.0, 1.0, MAX_VEL_1, MAX_VEL_2], dtype=np.float32)
-        self.single_observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
-        self.single_action_space = gym.spaces.Discrete(3)
-        super().__init__(num_envs, seed, device, dtype, max_episode_steps)
-        self._torques = torch.tensor(TORQUES, dtype=dtype, device=self.device)
+        return gym.spaces.Box(-high, high, dtype=np.float32), gym.spaces.Discrete(3)
+
+    def _setup(self) -> None:
+        self._torques = torch.tensor(TORQUES, dtype=self.dtype, device=self.device)
         self._minus_d1_constant = self._constant(-_D1_CONSTANT)
         self._d2_constant = self._constant(_D2_CONSTANT)
         self._phi2 = self._constant(_PHI2)
         self._turns_per_radian = self._constant(1 / (2 * math.pi))
         self._minus_one = self._constant(-1.0)
-        self._velocity_high = torch.tensor([[MAX_VEL_1], [MAX_VEL_2]], dtype=dtype, device=self.device)
+        self._velocity_high = torch.tensor([[MAX_VEL_1], [MAX_VEL_2]], dtype=self.dtype, device=self.device)
         self._velocity_low = -self._velocity_high
-        self._start()
 
     def _random_states(self) -> Tensor:
         # gymnasium draws float64 and rounds to float32 (its first step then computes in float64).
@@ -150,10 +136,10 @@ class Acrobot(ClassicControlEnv):
         return obs, reward, terminated, truncated, {"final_observation": final_obs}
 
     def draw(self, obs: Tensor) -> Tensor:
-        return draw_acrobot(obs)
+        return paint(obs, _acrobot_labels, _PALETTE, 100, 100)
 
 
-# Label -> colour, for the label maps draw_acrobot paints.
+# Label -> colour, for the label maps _acrobot_labels paints.
 _PALETTE = torch.tensor([(255, 255, 255), (0, 0, 0), (0, 204, 204), (204, 204, 0)], dtype=torch.uint8)
 _BACKGROUND, _LINE, _LINK, _JOINT = range(4)
 # gymnasium's screen, in world units: 2.2 either side of the pivot.
@@ -161,23 +147,10 @@ _SCREEN_SIZE = 2 * (LINK_LENGTH_1 + LINK_LENGTH_2 + 0.2)
 _LINK_HALF_WIDTH, _JOINT_RADIUS = 0.1, 0.1
 
 
-def draw_acrobot(obs: Tensor, height: int = 100, width: int = 100) -> Tensor:
-    """Draw Acrobot observations like gymnasium's renderer (scaled down): the two links hanging
-    from the pivot (both down for angles 0), their joints, and the line the free end must pass.
-
-    Args:
-        obs: ``(*batch, 6)`` observations (cos theta1, sin theta1, cos theta2, sin theta2,
-            dtheta1, dtheta2).
-        height, width: image size in pixels.
-
-    Returns:
-        uint8 ``(*batch, height, width, 3)`` on the CPU.
-    """
-    return paint(obs, lambda chunk: _acrobot_labels(chunk, height, width), _PALETTE, height, width)
-
-
 def _acrobot_labels(obs: Tensor, height: int, width: int) -> Tensor:
-    """uint8 label maps ``(batch, height, width)`` of Acrobot scenes."""
+    """uint8 label maps ``(batch, height, width)`` of Acrobot observations ``(batch, 6)``, drawn like
+    gymnasium's renderer (scaled down): the two links hanging from the pivot (both down for angles
+    0), their joints, and the line the free end must pass."""
     x, y = pixel_grid(height, width, _SCREEN_SIZE, _SCREEN_SIZE)
     x, y = x - _SCREEN_SIZE / 2, y - _SCREEN_SIZE / 2  # from the pivot
     labels = torch.zeros(obs.shape[0], height, width, dtype=torch.uint8)

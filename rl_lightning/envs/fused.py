@@ -3,7 +3,8 @@
 :class:`~rl_lightning.envs.CartPole` is exact (gymnasium's dynamics and reset stream) but runs
 ~20 kernels per step, each launched from Python: on a GPU that is ~100-500 us per vector step
 whatever the number of envs, far from what the hardware can do. :class:`FusedCartPole` runs the
-same dynamics, termination, truncation and auto-reset as one pure function of tensors, which
+same dynamics (:func:`~rl_lightning.envs.cartpole.cartpole_step`, the exact env's own), termination,
+truncation and auto-reset as one pure function of tensors, which
 ``torch.compile`` fuses into a few kernels, and captures ``horizon`` consecutive steps (random
 actions included) in one CUDA graph: one launch per ``horizon`` steps, no host work in between.
 
@@ -23,17 +24,10 @@ from torch import Tensor
 from rl_lightning._checks import check_int, check_seed
 from rl_lightning.envs.base import resolve_device
 from rl_lightning.envs.cartpole import (
-    FORCE_MAG,
-    GRAVITY,
-    HALF_POLE_LENGTH,
-    MASS_POLE,
     MAX_EPISODE_STEPS,
-    POLE_MASS_LENGTH,
     RESET_BOUND,
-    TAU,
-    THETA_THRESHOLD,
-    TOTAL_MASS,
-    X_THRESHOLD,
+    CartPoleConstants,
+    cartpole_step,
 )
 
 
@@ -85,33 +79,31 @@ def seed_key(seed: int) -> int:
     return int(_mix32(folded))
 
 
-def cartpole_step(
-    state: Tensor, episode_steps: Tensor, actions: Tensor, reset_states: Tensor, max_episode_steps: int
+def step_with_reset(
+    state: Tensor,
+    episode_steps: Tensor,
+    actions: Tensor,
+    reset_states: Tensor,
+    max_episode_steps: int,
+    constants: CartPoleConstants,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """One CartPole-v1 step of every env, with gymnasium's equations, as a pure function.
+    """One CartPole-v1 step of every env (:func:`~rl_lightning.envs.cartpole.cartpole_step`) with
+    the time limit and the auto-reset, as a pure function.
 
     Args:
         state: ``(4, n)`` (x, x_dot, theta, theta_dot), float32 or float64.
         episode_steps: int32 or int64 ``(n,)`` steps taken in each current episode.
-        actions: integer ``(n,)`` in ``{0, 1}``.
+        actions: int32 or int64 ``(n,)`` in ``{0, 1}``.
         reset_states: ``(4, n)`` start states for the envs whose episode ends on this step.
         max_episode_steps: the time limit.
+        constants: :class:`~rl_lightning.envs.cartpole.CartPoleConstants` of ``state``'s dtype.
 
     Returns:
         ``(next_state, next_episode_steps, final_state, terminated, truncated)``: the state after
         auto-reset, the episode clock after it, the state each env reached before any reset
         (gymnasium's final observation), and the bool flags.
     """
-    x, x_dot, theta, theta_dot = state.unbind(0)
-    force = torch.where(actions == 1, FORCE_MAG, -FORCE_MAG)
-    cos_theta, sin_theta = torch.cos(theta), torch.sin(theta)
-    temp = (force + POLE_MASS_LENGTH * theta_dot * theta_dot * sin_theta) / TOTAL_MASS
-    theta_acc = (GRAVITY * sin_theta - cos_theta * temp) / (
-        HALF_POLE_LENGTH * (4.0 / 3.0 - MASS_POLE * cos_theta * cos_theta / TOTAL_MASS)
-    )
-    x_acc = temp - POLE_MASS_LENGTH * theta_acc * cos_theta / TOTAL_MASS
-    final = torch.stack([x + TAU * x_dot, x_dot + TAU * x_acc, theta + TAU * theta_dot, theta_dot + TAU * theta_acc])
-    terminated = (final[0].abs() > X_THRESHOLD) | (final[2].abs() > THETA_THRESHOLD)
+    final, terminated = cartpole_step(state, actions, constants)
     steps = episode_steps + 1
     truncated = steps >= max_episode_steps
     done = terminated | truncated
@@ -133,13 +125,14 @@ def _random_step(
     key: Tensor,
     index: Tensor,
     max_episode_steps: int,
+    constants: CartPoleConstants,
 ) -> None:
     """One step with uniformly random actions, updating the carried tensors in place (a module
     function, not a method, so that ``torch.compile`` guards on shapes only, not on an instance).
     Three hash words per env: two give the four reset numbers, the third the action."""
     first, second, third = hash_words(key, counter, index, 3)
-    next_state, steps, _, terminated, truncated = cartpole_step(
-        state, episode_steps, third & 1, start_states(first, second), max_episode_steps
+    next_state, steps, _, terminated, truncated = step_with_reset(
+        state, episode_steps, third & 1, start_states(first, second), max_episode_steps, constants
     )
     state.copy_(next_state)
     episode_steps.copy_(steps)
@@ -189,15 +182,15 @@ class FusedCartPole:
         self.counter += 1
         self.episode_steps = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
         self.episodes = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.constants = CartPoleConstants.make(torch.float32, self.device)
         self._fused_step = torch.compile(_random_step, dynamic=False) if compile else _random_step
         self._graph: torch.cuda.CUDAGraph | None = None
         if graph:
             self._capture()
 
     def _step(self) -> None:
-        self._fused_step(
-            self.state, self.episode_steps, self.episodes, self.counter, self.key, self.index, self.max_episode_steps
-        )
+        carried = (self.state, self.episode_steps, self.episodes, self.counter)
+        self._fused_step(*carried, self.key, self.index, self.max_episode_steps, self.constants)
 
     def _capture(self) -> None:
         saved = [t.clone() for t in (self.state, self.episode_steps, self.episodes, self.counter)]

@@ -3,6 +3,7 @@ gymnasium's."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -11,7 +12,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning.envs._classic_control import ClassicControlEnv, disc, paint, pixel_grid, rectangle
+from rl_lightning.envs._classic_control import ClassicControlEnv
+from rl_lightning.envs.render import disc, paint, pixel_grid, rectangle
 
 # gymnasium.envs.classic_control.mountain_car.MountainCarEnv's constants (the continuous env
 # shares all but the goal, the force and the time limit).
@@ -37,49 +39,50 @@ class _MountainCarBase(ClassicControlEnv):
     render_fps = 30
     goal_position: float
 
-    def __init__(
-        self,
-        num_envs: int,
-        seed: int | None,
-        device: torch.device | str,
-        dtype: torch.dtype,
-        max_episode_steps: int,
-    ):
-        self.single_observation_space = gym.spaces.Box(
-            np.array([MIN_POSITION, -MAX_SPEED], dtype=np.float32),
-            np.array([MAX_POSITION, MAX_SPEED], dtype=np.float32),
-            dtype=np.float32,
-        )
-        super().__init__(num_envs, seed, device, dtype, max_episode_steps)
+    def _spaces(self) -> tuple[gym.spaces.Box, gym.spaces.Discrete | gym.spaces.Box]:
+        low = np.array([MIN_POSITION, -MAX_SPEED], dtype=np.float32)
+        high = np.array([MAX_POSITION, MAX_SPEED], dtype=np.float32)
+        return gym.spaces.Box(low, high, dtype=np.float32), self._action_space()
+
+    def _action_space(self) -> gym.spaces.Discrete | gym.spaces.Box:
+        raise NotImplementedError
+
+    def _setup(self) -> None:
         self._three = self._constant(3.0)
         self._min_position = self._constant(MIN_POSITION)
         self._goal_position = self._constant(self.goal_position)
         self._goal_velocity = self._constant(GOAL_VELOCITY)
         self._zero = self._constant(0.0)
-        self._start()
 
     def _random_states(self) -> Tensor:
         states = torch.zeros(2, self.num_envs, dtype=self.dtype, device=self.device)
         states[0].uniform_(RESET_LOW, RESET_HIGH, generator=self.generator)
         return states
 
-    def _obs(self, state: Tensor, private: bool = False) -> Tensor:
-        # Observations are the state: a (2, N) copy is a memcpy, so they stay transposed views
-        # (not contiguous: use .reshape, not .view).
-        if self.dtype != torch.float32:
-            return state.T.float()  # float64 -> float32 is a copy anyway
-        return state.T if private else state.clone().T
+    def _step(
+        self, actions: Tensor, unclipped_actions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
+        if unclipped_actions is None:  # only MountainCarContinuous penalises the action as given
+            unclipped_actions = actions
+        final, terminated = self._next_state(actions, unclipped_actions)
+        final_obs = self._obs(final, private=True)  # the env keeps no reference to `final`
+        truncated, obs = self._end_step(final, terminated)
+        reward = self._reward(terminated, unclipped_actions)
+        return obs, reward, terminated, truncated, {"final_observation": final_obs}
 
-    def _force(self, actions: Tensor) -> Tensor:
-        """The engine's change of velocity ``(num_envs,)`` for (clipped) ``actions``."""
-        raise NotImplementedError
-
-    def _move(self, actions: Tensor) -> tuple[Tensor, Tensor]:
+    def _next_state(self, actions: Tensor, unclipped_actions: Tensor) -> tuple[Tensor, Tensor]:
         """gymnasium's step of every env: the next state ``(2, num_envs)`` and terminated."""
-        position, velocity = self._state.unbind()
-        final = torch.empty_like(self._state)
-        # velocity += force - gravity cos(3 position), then both are clipped to their ranges.
+        position = self._state[0]
+        # velocity += force - gravity cos(3 position)
         acceleration = torch.add(self._force(actions), torch.cos(position * self._three), alpha=-GRAVITY)
+        return self._move(self._state, acceleration)
+
+    def _move(self, state: Tensor, acceleration: Tensor) -> tuple[Tensor, Tensor]:
+        """The car's motion (the one copy of it): ``state`` ``(2, num_envs)`` after ``velocity +=
+        acceleration`` and ``position += velocity``, in ``state``'s dtype, and terminated."""
+        position, velocity = state.unbind()
+        final = torch.empty_like(state)
+        # Both are clipped to their ranges.
         torch.add(velocity, acceleration, out=final[1]).clamp_(-MAX_SPEED, MAX_SPEED)
         torch.add(position, final[1], out=final[0]).clamp_(MIN_POSITION, MAX_POSITION)
         # The left wall stops the car: a velocity into it becomes 0.
@@ -87,8 +90,15 @@ class _MountainCarBase(ClassicControlEnv):
         terminated = (final[0] >= self._goal_position) & (final[1] >= self._goal_velocity)
         return final, terminated
 
+    def _force(self, actions: Tensor) -> Tensor:
+        """The engine's change of velocity ``(num_envs,)`` for (clipped) ``actions``."""
+        raise NotImplementedError
+
+    def _reward(self, terminated: Tensor, unclipped_actions: Tensor) -> Tensor:
+        raise NotImplementedError
+
     def draw(self, obs: Tensor) -> Tensor:
-        return draw_mountain_car(obs, goal_position=self.goal_position)
+        return paint(obs, functools.partial(_mountain_car_labels, goal_position=self.goal_position), _PALETTE, 80, 120)
 
 
 class MountainCar(_MountainCarBase):
@@ -96,44 +106,28 @@ class MountainCar(_MountainCarBase):
     (actions 0, 1, 2) to swing up to the flag at position 0.5; reward -1 on every step,
     truncation after 200 steps.
 
-    Args:
-        num_envs: number of copies.
-        seed: seed of the private generator.
-        device: where the state lives.
-        dtype: ``torch.float32`` (default, fastest) or ``torch.float64`` (gymnasium computes in
-            float64: whole trajectories then agree with it to rounding). Observations are
-            float32 either way.
-        max_episode_steps: the time limit (200 for ``MountainCar-v0``).
-
-    ``env.state`` is the physical state ``(num_envs, 2)`` = (position, velocity); it may be read
-    and assigned (``env.state = s`` or ``env.state[i] = s_i``).
+    Arguments as :class:`~rl_lightning.envs._classic_control.ClassicControlEnv`'s; float64
+    trajectories agree with gymnasium's to rounding. ``env.state`` is ``(num_envs, 2)`` = (position,
+    velocity).
     """
 
     goal_position = GOAL_POSITION
+    default_max_episode_steps = MAX_EPISODE_STEPS
 
-    def __init__(
-        self,
-        num_envs: int,
-        seed: int | None = None,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-        max_episode_steps: int = MAX_EPISODE_STEPS,
-    ):
-        self.single_action_space = gym.spaces.Discrete(3)
-        super().__init__(num_envs, seed, device, dtype, max_episode_steps)
-        self._forces = torch.tensor([-FORCE, 0.0, FORCE], dtype=dtype, device=self.device)
+    def _action_space(self) -> gym.spaces.Discrete:
+        return gym.spaces.Discrete(3)
+
+    def _setup(self) -> None:
+        super()._setup()
+        self._forces = torch.tensor([-FORCE, 0.0, FORCE], dtype=self.dtype, device=self.device)
 
     def _force(self, actions: Tensor) -> Tensor:
         if actions.dtype not in (torch.int32, torch.int64):
             actions = actions.long()
         return self._forces.index_select(0, actions)
 
-    def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
-        final, terminated = self._move(actions)
-        final_obs = self._obs(final, private=True)  # the env keeps no reference to `final`
-        truncated, obs = self._end_step(final, terminated)
-        reward = torch.full((self.num_envs,), -1.0, device=self.device)
-        return obs, reward, terminated, truncated, {"final_observation": final_obs}
+    def _reward(self, terminated: Tensor, unclipped_actions: Tensor) -> Tensor:
+        return torch.full((self.num_envs,), -1.0, device=self.device)
 
 
 class MountainCarContinuous(_MountainCarBase):
@@ -144,32 +138,21 @@ class MountainCarContinuous(_MountainCarBase):
     Like gymnasium, the force is the clipped action but the reward penalises the action as
     given: an action of 3 pushes like 1 and costs 0.9.
 
-    Args:
-        num_envs: number of copies.
-        seed: seed of the private generator.
-        device: where the state lives.
-        dtype: ``torch.float32`` (default, fastest) or ``torch.float64``: then gymnasium's own
-            arithmetic, float64 on an episode's first step and float32 after it (gymnasium stores
-            its state as float32); whole trajectories then agree with it exactly (but for the
-            last bit of a cosine now and then). Observations are float32 either way.
-        max_episode_steps: the time limit (999 for ``MountainCarContinuous-v0``).
-
-    ``env.state`` is the physical state ``(num_envs, 2)`` = (position, velocity); it may be read
-    and assigned (``env.state = s`` or ``env.state[i] = s_i``).
+    Arguments as :class:`~rl_lightning.envs._classic_control.ClassicControlEnv`'s; float64 is
+    gymnasium's own arithmetic, float64 on an episode's first step and float32 after it
+    (gymnasium stores its state as float32): whole trajectories then agree with it exactly (but
+    for the last bit of a cosine now and then). ``env.state`` is ``(num_envs, 2)`` = (position,
+    velocity).
     """
 
     goal_position = CONTINUOUS_GOAL_POSITION
+    default_max_episode_steps = CONTINUOUS_MAX_EPISODE_STEPS
 
-    def __init__(
-        self,
-        num_envs: int,
-        seed: int | None = None,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-        max_episode_steps: int = CONTINUOUS_MAX_EPISODE_STEPS,
-    ):
-        self.single_action_space = gym.spaces.Box(-1.0, 1.0, (1,), dtype=np.float32)
-        super().__init__(num_envs, seed, device, dtype, max_episode_steps)
+    def _action_space(self) -> gym.spaces.Box:
+        return gym.spaces.Box(-1.0, 1.0, (1,), dtype=np.float32)
+
+    def _setup(self) -> None:
+        super()._setup()
         self._goal_reward = self._constant(CONTINUOUS_GOAL_REWARD)
         # float32 like the action: gymnasium multiplies its float32 action in float32 too.
         self._power = torch.tensor(POWER, device=self.device)
@@ -183,55 +166,40 @@ class MountainCarContinuous(_MountainCarBase):
     def _force(self, actions: Tensor) -> Tensor:
         return actions[:, 0] * self._power
 
-    def _move_like_gymnasium(self, actions: Tensor, unclipped_actions: Tensor) -> tuple[Tensor, Tensor]:
-        """``_move`` in gymnasium's own precision (float64 envs): its state is float64 after a
-        reset and float32 after every step, and numpy 2 keeps float32 arithmetic with Python
-        floats. So an episode's first step is computed in float64, every later one in float32;
-        the cosine is float64 in both, the engine term of a float32 action within the bounds
-        float32 in both, and the state is stored rounded to float32."""
+    def _reward(self, terminated: Tensor, unclipped_actions: Tensor) -> Tensor:
+        action = unclipped_actions[:, 0].to(self.dtype)
+        bonus = torch.where(terminated, self._goal_reward, self._zero)
+        return torch.addcmul(bonus, action, action, value=-0.1).float()
+
+    def _next_state(self, actions: Tensor, unclipped_actions: Tensor) -> tuple[Tensor, Tensor]:
+        if self.dtype == torch.float32:
+            return super()._next_state(actions, unclipped_actions)
+        # gymnasium's own precision: its state is float64 after a reset and float32 after every
+        # step, and numpy 2 keeps float32 arithmetic with Python floats. So an episode's first step
+        # is computed in float64, every later one in float32; the state is stored rounded to float32.
         first_step = self._episode_start == self._clock
         force = actions[:, 0]
         within_bounds = force == unclipped_actions[:, 0]
-        final64, terminated64 = self._gymnasium_precision_move(torch.float64, force, within_bounds)
-        final32, terminated32 = self._gymnasium_precision_move(torch.float32, force, within_bounds)
+        final64, terminated64 = self._move_in(torch.float64, force, within_bounds)
+        final32, terminated32 = self._move_in(torch.float32, force, within_bounds)
         final = torch.where(first_step, final64, final32).float().double()
         return final, torch.where(first_step, terminated64, terminated32)
 
-    def _gymnasium_precision_move(
-        self, dtype: torch.dtype, force: Tensor, within_bounds: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """gymnasium's step with its state in ``dtype``: the next state (float64) and terminated."""
-        position, velocity = self._state.to(dtype).unbind()
-        gravity_term = torch.cos((position * 3.0).double()).mul_(GRAVITY)  # math.cos
+    def _move_in(self, dtype: torch.dtype, force: Tensor, within_bounds: Tensor) -> tuple[Tensor, Tensor]:
+        """gymnasium's step with its state in ``dtype``: the next state (float64) and terminated.
+        The cosine is float64 in both dtypes (math.cos), the engine term of a float32 action
+        within the bounds float32 in both."""
+        state = self._state.to(dtype)
+        gravity_term = torch.cos((state[0] * 3.0).double()).mul_(GRAVITY)
         # A float32 action times and minus Python floats stays float32; a clipped action is the
         # Python float +-1, and its term float64 (rounded only when added to a float32 velocity).
         engine_term = (force * self._power).sub_(gravity_term.float()).double()
         clipped_term = force.double().mul_(POWER).sub_(gravity_term)
-        acceleration = torch.where(within_bounds, engine_term, clipped_term).to(dtype)
-        velocity = (velocity + acceleration).clamp_(-MAX_SPEED, MAX_SPEED)
-        position = (position + velocity).clamp_(MIN_POSITION, MAX_POSITION)
-        velocity.masked_fill_((position == MIN_POSITION) & (velocity < 0), 0.0)
-        terminated = (position >= self.goal_position) & (velocity >= GOAL_VELOCITY)
-        return torch.stack([position, velocity]).double(), terminated
-
-    def _step(
-        self, actions: Tensor, unclipped_actions: Tensor | None = None
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
-        if unclipped_actions is None:
-            unclipped_actions = actions
-        if self.dtype == torch.float64:
-            final, terminated = self._move_like_gymnasium(actions, unclipped_actions)
-        else:
-            final, terminated = self._move(actions)
-        final_obs = self._obs(final, private=True)  # the env keeps no reference to `final`
-        truncated, obs = self._end_step(final, terminated)
-        action = unclipped_actions[:, 0].to(self.dtype)
-        bonus = torch.where(terminated, self._goal_reward, self._zero)
-        reward = torch.addcmul(bonus, action, action, value=-0.1).float()
-        return obs, reward, terminated, truncated, {"final_observation": final_obs}
+        final, terminated = self._move(state, torch.where(within_bounds, engine_term, clipped_term).to(dtype))
+        return final.double(), terminated
 
 
-# Label -> colour, for the label maps draw_mountain_car paints.
+# Label -> colour, for the label maps _mountain_car_labels paints.
 _PALETTE = torch.tensor([(255, 255, 255), (0, 0, 0), (128, 128, 128), (204, 204, 0)], dtype=torch.uint8)
 _BACKGROUND, _BLACK, _WHEEL, _FLAG = range(4)
 # gymnasium's screen (pixels) and its scene, in those pixels.
@@ -246,27 +214,10 @@ def _hill_height(position: Tensor | float) -> Tensor | float:
     return sin * 0.45 + 0.55
 
 
-def draw_mountain_car(obs: Tensor, goal_position: float = GOAL_POSITION, height: int = 80, width: int = 120) -> Tensor:
-    """Draw MountainCar observations like gymnasium's renderer (scaled down): the track, the car
-    tilted by gymnasium's angle ``cos(3 position)``, its wheels and the flag at the goal.
-
-    Args:
-        obs: ``(*batch, 2)`` observations (position, velocity).
-        goal_position: where the flag stands (0.5 for ``MountainCar-v0``, 0.45 for continuous).
-        height, width: image size in pixels.
-
-    Returns:
-        uint8 ``(*batch, height, width, 3)`` on the CPU.
-    """
-
-    def labels(chunk: Tensor) -> Tensor:
-        return _mountain_car_labels(chunk, goal_position, height, width)
-
-    return paint(obs, labels, _PALETTE, height, width)
-
-
-def _mountain_car_labels(obs: Tensor, goal_position: float, height: int, width: int) -> Tensor:
-    """uint8 label maps ``(batch, height, width)`` of MountainCar scenes."""
+def _mountain_car_labels(obs: Tensor, height: int, width: int, goal_position: float) -> Tensor:
+    """uint8 label maps ``(batch, height, width)`` of MountainCar observations ``(batch, 2)``, drawn
+    like gymnasium's renderer (scaled down): the track, the car tilted by gymnasium's angle
+    ``cos(3 position)``, its wheels and the flag at ``goal_position``."""
     x, y = pixel_grid(height, width, _SCREEN_HEIGHT, _SCREEN_WIDTH)
     # Lines are gymnasium's 1 pixel thick scaled up to about one of ours, so they stay visible.
     half_line = 0.6 * _SCREEN_WIDTH / width

@@ -11,7 +11,8 @@ import torch
 from torch import Tensor
 
 from rl_lightning._checks import check_float
-from rl_lightning.envs._classic_control import ClassicControlEnv, disc, paint, pixel_grid, rectangle
+from rl_lightning.envs._classic_control import ClassicControlEnv
+from rl_lightning.envs.render import disc, paint, pixel_grid, rectangle
 
 # gymnasium.envs.classic_control.pendulum.PendulumEnv's constants.
 MAX_SPEED = 8.0
@@ -29,22 +30,15 @@ class Pendulum(ClassicControlEnv):
     of shape (1,)) swings a pendulum up; reward ``-(angle^2 + 0.1 speed^2 + 0.001 torque^2)``
     (angle normalised to [-pi, pi), 0 is upright), no termination, truncation after 200 steps.
 
-    Args:
-        num_envs: number of copies.
-        seed: seed of the private generator.
-        device: where the state lives.
-        dtype: ``torch.float32`` (default, fastest) or ``torch.float64`` (gymnasium computes in
-            float64, the torque terms in float32 as numpy does: whole trajectories then agree
-            with it to rounding). Observations are float32 either way.
-        max_episode_steps: the time limit (200 for ``Pendulum-v1``).
-        gravity: gymnasium's ``g`` (``gym.make("Pendulum-v1", g=...)``), 10.0 by default.
-
-    ``env.state`` is the physical state ``(num_envs, 2)`` = (angle, angular velocity); the angle
-    is not wrapped (as in gymnasium). It may be read and assigned (``env.state = s`` or
-    ``env.state[i] = s_i``).
+    Arguments as :class:`~rl_lightning.envs._classic_control.ClassicControlEnv`'s (float64: the
+    torque terms in float32 as numpy does; trajectories then agree with gymnasium's to rounding),
+    and ``gravity``, gymnasium's ``g`` (``gym.make("Pendulum-v1", g=...)``), 10.0 by default.
+    ``env.state`` is ``(num_envs, 2)`` = (angle, angular velocity); the angle is not wrapped (as
+    in gymnasium).
     """
 
     state_size = 2
+    default_max_episode_steps = MAX_EPISODE_STEPS
     render_fps = 30
 
     def __init__(
@@ -53,22 +47,25 @@ class Pendulum(ClassicControlEnv):
         seed: int | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
-        max_episode_steps: int = MAX_EPISODE_STEPS,
+        max_episode_steps: int | None = None,
         gravity: float = GRAVITY,
     ):
         self.gravity = check_float("gravity", gravity)
-        self._gravity_gain = 3 * self.gravity / (2 * LENGTH)
-        high = np.array([1.0, 1.0, MAX_SPEED], dtype=np.float32)
-        self.single_observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
-        self.single_action_space = gym.spaces.Box(-MAX_TORQUE, MAX_TORQUE, (1,), dtype=np.float32)
         super().__init__(num_envs, seed, device, dtype, max_episode_steps)
+
+    def _spaces(self) -> tuple[gym.spaces.Box, gym.spaces.Box]:
+        high = np.array([1.0, 1.0, MAX_SPEED], dtype=np.float32)
+        observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
+        return observation_space, gym.spaces.Box(-MAX_TORQUE, MAX_TORQUE, (1,), dtype=np.float32)
+
+    def _setup(self) -> None:
         # Pendulum never terminates, so every env's episode starts on the same step: one start
         # time on the host says when all of them are truncated and reset, without a device sync.
         self._episode_start = 0
+        self._gravity_gain = 3 * self.gravity / (2 * LENGTH)
         self._pi = self._constant(math.pi)
         # float32 like the action: gymnasium multiplies its float32 action in float32 too.
         self._torque_gain = torch.tensor(3.0 / (MASS * LENGTH**2), device=self.device)
-        self._start()
 
     @property
     def episode_steps(self) -> Tensor:
@@ -121,10 +118,10 @@ class Pendulum(ClassicControlEnv):
         return obs, reward, terminated, truncated, {"final_observation": final_obs}
 
     def draw(self, obs: Tensor) -> Tensor:
-        return draw_pendulum(obs)
+        return paint(obs, _pendulum_labels, _PALETTE, 100, 100)
 
 
-# Label -> colour, for the label maps draw_pendulum paints.
+# Label -> colour, for the label maps _pendulum_labels paints.
 _PALETTE = torch.tensor([(255, 255, 255), (204, 77, 77), (0, 0, 0)], dtype=torch.uint8)
 _BACKGROUND, _ROD, _AXLE = range(3)
 # gymnasium's screen, in world units: 2.2 either side of the axle.
@@ -132,23 +129,11 @@ _SCREEN_SIZE = 4.4
 _ROD_WIDTH, _AXLE_RADIUS = 0.2, 0.05
 
 
-def draw_pendulum(obs: Tensor, height: int = 100, width: int = 100) -> Tensor:
-    """Draw Pendulum observations like gymnasium's renderer (scaled down): the rod from the axle,
-    upright for angle 0, turning counter-clockwise with the angle. gymnasium's arrow of the last
-    torque is left out: the observation does not hold it.
-
-    Args:
-        obs: ``(*batch, 3)`` observations (cos angle, sin angle, angular velocity).
-        height, width: image size in pixels.
-
-    Returns:
-        uint8 ``(*batch, height, width, 3)`` on the CPU.
-    """
-    return paint(obs, lambda chunk: _pendulum_labels(chunk, height, width), _PALETTE, height, width)
-
-
 def _pendulum_labels(obs: Tensor, height: int, width: int) -> Tensor:
-    """uint8 label maps ``(batch, height, width)`` of Pendulum scenes."""
+    """uint8 label maps ``(batch, height, width)`` of Pendulum observations ``(batch, 3)``, drawn like
+    gymnasium's renderer (scaled down): the rod from the axle, upright for angle 0, turning
+    counter-clockwise with the angle. gymnasium's arrow of the last torque is left out: the
+    observation does not hold it."""
     x, y = pixel_grid(height, width, _SCREEN_SIZE, _SCREEN_SIZE)
     x, y = x - _SCREEN_SIZE / 2, y - _SCREEN_SIZE / 2  # from the axle
     # The rod's direction from the axle is (-sin, cos) of the angle atan2(sin, cos).

@@ -43,7 +43,7 @@ from torch import Tensor
 
 from rl_lightning._checks import check_int
 from rl_lightning.envs.base import VectorEnv
-from rl_lightning.envs.render import draw_probe
+from rl_lightning.envs.render import paint
 
 
 class _ProbeEnv(VectorEnv):
@@ -281,3 +281,18 @@ class MemoryProbe(VectorEnv):
 
     def draw(self, obs: Tensor) -> Tensor:
         return draw_probe(obs[..., :1])
+
+
+# Grey levels: label i is the colour (i, i, i).
+_GREYS = torch.arange(256, dtype=torch.uint8).view(-1, 1).expand(-1, 3).contiguous()
+
+
+def draw_probe(obs: Tensor, height: int = 32, width: int = 32) -> Tensor:
+    """Draw a probe env's scalar observations ``(*batch, 1)`` as grey levels (obs -1 black .. +1
+    white): uint8 ``(*batch, height, width, 3)`` on the CPU."""
+    return paint(obs, _grey_labels, _GREYS, height, width)
+
+
+def _grey_labels(obs: Tensor, height: int, width: int) -> Tensor:
+    level = ((obs[:, 0].clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    return level.view(-1, 1, 1).expand(-1, height, width)

@@ -64,13 +64,6 @@ def registered_env_ids() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def canonical_env_id(env_id: str) -> str:
-    """The first id registered with the same factory as ``env_id`` (``"CartPole-gpu"`` ->
-    ``"CartPole-v1"``), or ``env_id`` itself: ids that build the same env compare equal this way."""
-    factory = _REGISTRY.get(env_id)
-    return next((name for name, other in _REGISTRY.items() if other is factory), env_id)
-
-
 def is_native_env_id(env_id: str) -> bool:
     """Whether ``env_id`` has a native torch env (``make_envs``'s ``backend="torch"``)."""
     return env_id in _REGISTRY

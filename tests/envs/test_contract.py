@@ -7,7 +7,7 @@ import torch
 
 from rl_lightning.envs import CartPole, VectorEnv, make_envs, register, registered_env_ids
 from rl_lightning.envs.base import resolve_device
-from rl_lightning.envs.render import CART_COLOR
+from rl_lightning.envs.cartpole import CART_COLOR
 
 ENV_IDS = registered_env_ids()
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -361,8 +361,10 @@ def test_register_rejects_a_duplicate_id_unless_overwrite():
         register("_TestOnlyNotCallable-v0", 3)
 
 
-def test_cartpole_gpu_alias_builds_the_same_env():
-    alias = make_envs("CartPole-gpu", NUM_ENVS, seed=3)
+def test_cartpole_gpu_alias_builds_the_same_env_with_a_deprecation_warning():
+    with pytest.warns(DeprecationWarning, match='"CartPole-gpu" is deprecated: use "CartPole-v1"') as caught:
+        alias = make_envs("CartPole-gpu", NUM_ENVS, seed=3)
+    assert caught[0].filename == __file__  # the warning points at the caller of make_envs
     assert isinstance(alias, CartPole)
     original = _rollout(make_envs("CartPole-v1", NUM_ENVS, seed=3), 50)
     for a, b in zip(_rollout(alias, 50), original, strict=True):

@@ -1,4 +1,4 @@
-"""FusedCartPole: the pure CartPole step equals the exact env's, the counter-based random stream is
+"""FusedCartPole: the pure CartPole step is the exact env's, the counter-based random stream is
 uniform and deterministic, episodes under random actions last as long as with the exact env, and the
 compiled and graph-captured runs equal the eager one."""
 
@@ -7,8 +7,10 @@ import math
 import pytest
 import torch
 
+import rl_lightning
 from rl_lightning.envs import CartPole
-from rl_lightning.envs.fused import FusedCartPole, cartpole_step, hash_words, seed_key, uniform16
+from rl_lightning.envs.cartpole import CartPoleConstants
+from rl_lightning.envs.fused import FusedCartPole, hash_words, seed_key, step_with_reset, uniform16
 
 
 def test_pure_step_equals_cartpole_step_in_float64():
@@ -22,10 +24,12 @@ def test_pure_step_equals_cartpole_step_in_float64():
     env.state = states
     _, _, terminated, truncated, info = env.step(actions)
     reset_states = torch.full((4, n), 7.0, dtype=torch.float64)
-    next_state, steps, final, fused_terminated, fused_truncated = cartpole_step(
-        states.T, torch.zeros(n, dtype=torch.int64), actions, reset_states, 500
+    constants = CartPoleConstants.make(torch.float64, "cpu")
+    next_state, steps, final, fused_terminated, fused_truncated = step_with_reset(
+        states.T, torch.zeros(n, dtype=torch.int64), actions, reset_states, 500, constants
     )
-    torch.testing.assert_close(final.T.float(), info["final_observation"], rtol=0, atol=1e-6)
+    # One copy of the equations: the same numbers, not merely close ones.
+    assert torch.equal(final.T.float(), info["final_observation"])
     assert torch.equal(fused_terminated, terminated) and torch.equal(fused_truncated, truncated)
     assert 0 < int(terminated.sum()) < n  # both branches are exercised
     torch.testing.assert_close(next_state[:, terminated], reset_states[:, terminated])
@@ -35,11 +39,30 @@ def test_pure_step_equals_cartpole_step_in_float64():
 
 def test_pure_step_truncates_at_the_time_limit():
     state = torch.zeros(4, 3)
-    _, steps, _, terminated, truncated = cartpole_step(
-        state, torch.tensor([0, 498, 499]), torch.tensor([0, 1, 0]), torch.zeros(4, 3), 500
+    constants = CartPoleConstants.make(torch.float32, "cpu")
+    _, steps, _, terminated, truncated = step_with_reset(
+        state, torch.tensor([0, 498, 499]), torch.tensor([0, 1, 0]), torch.zeros(4, 3), 500, constants
     )
     assert truncated.tolist() == [False, False, True] and not terminated.any()
     assert steps.tolist() == [1, 499, 0]
+
+
+def test_float32_pure_step_is_the_exact_envs_step():
+    generator = torch.Generator().manual_seed(1)
+    states = (torch.rand(512, 4, generator=generator) - 0.5) * torch.tensor([4.8, 4.0, 0.42, 4.0])
+    actions = torch.randint(0, 2, (512,), generator=generator, dtype=torch.int32)
+    env = CartPole(512, seed=0)
+    env.state = states
+    _, _, terminated, _, info = env.step(actions)
+    _, _, final, fused_terminated, _ = step_with_reset(
+        states.T.contiguous(), torch.zeros(512, dtype=torch.int32), actions, states.T, 500, env._constants
+    )
+    assert torch.equal(final.T, info["final_observation"]) and torch.equal(fused_terminated, terminated)
+    assert 0 < int(terminated.sum()) < 512
+
+
+def test_fused_cartpole_is_not_a_top_level_export():
+    assert not hasattr(rl_lightning, "FusedCartPole") and not hasattr(rl_lightning.envs, "FusedCartPole")
 
 
 def test_hash_words_are_deterministic_uniform_and_decorrelated():
