@@ -1,10 +1,13 @@
-"""The ``rl-lightning`` command (also ``python -m rl_lightning``): Lightning's ``LightningCLI`` over our modules.
+"""The command line, one parser path: ``rl-lightning`` (also ``python -m rl_lightning``), Lightning's
+``LightningCLI`` over our modules, and :class:`ScriptCLI`, the same CLI for one module with flat flags,
+which the training scripts (``scripts/train_*.py``) are written with.
 
     rl-lightning fit --config configs/vpg_cartpole.yaml
     rl-lightning fit --config configs/dqn_cartpole.yaml --trainer.max_steps 2000
     rl-lightning fit --model VPGModule --model.init_args.num_envs 64 --trainer.precision bf16-mixed
     rl-lightning fit --config configs/vpg_cartpole.yaml --print_config      (the full config, YAML)
     rl-lightning fit --model.help VPGModule                                 (a module's hyper-parameters)
+    python scripts/train_vpg.py --lr 0.01 --devices 2 --strategy ddp        (ScriptCLI: the same, flat flags)
 
 Each module builds its own envs and data in ``train_dataloader``, so there is no ``--data``. Logs,
 checkpoints and the run's ``config.yaml`` go to ``<trainer.default_root_dir>/lightning_logs/<run>/version_N``
@@ -18,11 +21,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
-import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import lightning as L
 import torch
+from jsonargparse import ActionConfigFile, DefaultHelpFormatter
 from jsonargparse.typing import PositiveInt
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
@@ -30,7 +34,7 @@ from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCL
 from rl_lightning.algos import ALGORITHMS
 from rl_lightning.callbacks import EnvStepBudget
 from rl_lightning.checkpoints import CHECKPOINT_KEY, load_checkpoint_file, resolve_ckpt_path
-from rl_lightning.scripting import StartLine, is_launching_process, report, run_logger
+from rl_lightning.scripting import RunLines, default_callbacks, is_launching_process, run_logger
 
 # The modules ``--model`` accepts, by short name (``--model DQNModule``) or class path.
 MODEL_CLASSES = ALGORITHMS
@@ -42,7 +46,8 @@ TRAINER_DEFAULTS = {"accelerator": "cpu", "devices": 1, "log_every_n_steps": 1, 
 
 
 class RLLightningCLI(LightningCLI):
-    """``LightningCLI`` with ``--model`` limited to :data:`MODEL_CLASSES` and a ``--num_threads`` option."""
+    """``LightningCLI`` with ``--model`` limited to :data:`MODEL_CLASSES`, ``--num_threads`` and
+    ``--total_env_steps``; ``fit`` logs to the run's directory and prints its first and last lines."""
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -61,15 +66,7 @@ class RLLightningCLI(LightningCLI):
         parser.add_lightning_class_args(L.LightningModule, "model", subclass_mode=True, required=False)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_argument(
-            "--num_threads", type=PositiveInt, default=1, help="torch CPU threads (torch.set_num_threads)"
-        )
-        parser.add_argument(
-            "--total_env_steps",
-            type=PositiveInt | None,
-            default=None,
-            help="fit: the run's length in env steps (SB3's total_timesteps), in place of --trainer.max_steps",
-        )
+        _add_run_arguments(parser)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         # The command line as given, to tell the flags a user set from the defaults (_parse_ckpt_path).
@@ -155,13 +152,13 @@ class RLLightningCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
         if config.get("model") is None:
-            self._parser(self.subcommand).error(
+            self._usage_error(
                 "a model is required: --model NAME (or --config FILE), or --ckpt_path of an rl_lightning checkpoint"
             )
         module_name, _, class_name = config.model.class_path.rpartition(".")
         if not issubclass(getattr(importlib.import_module(module_name), class_name), MODEL_CLASSES):
             names = ", ".join(model_class.__name__ for model_class in MODEL_CLASSES)
-            self._parser(self.subcommand).error(f"--model must be one of {names}, got {config.model.class_path}")
+            self._usage_error(f"--model must be one of {names}, got {config.model.class_path}")
         torch.set_num_threads(config.num_threads)
         if self.subcommand == "fit" and config.get("total_env_steps") is not None:
             # EnvStepBudget sets max_steps from the budget; the epochs must not cut it short.
@@ -184,53 +181,55 @@ class RLLightningCLI(LightningCLI):
             cause: BaseException = error
             while cause.__cause__ is not None:
                 cause = cause.__cause__
-            self._parser(self.subcommand).error(str(cause), error)
+            self._usage_error(str(cause), error)
         except (MisconfigurationException, TypeError, ImportError) as error:
             # The Trainer refuses its flags (--trainer.devices 0, --trainer.accelerator gpu without one).
-            self._parser(self.subcommand).error(f"the --trainer flags are not usable here: {error}", error)
-        if self.subcommand != "fit":
-            return
-        config = self.config[self.subcommand]
-        if config.trainer.get("logger") is None:  # Lightning's default logger, named after the run
+            self._usage_error(f"the --trainer flags are not usable here: {error}", error)
+        if self.subcommand == "fit":
+            config = self.config[self.subcommand]
+            self._set_up_run(config.get("total_env_steps"), own_logger=config.trainer.get("logger") is None)
+            self.trainer.callbacks.append(RunLines())
+
+    # -- shared with ScriptCLI ------------------------------------------------------------------------
+
+    def _usage_error(self, message: str, error: BaseException | None = None) -> NoReturn:
+        """Exit with status 2 and ``message`` after the usage line, as for a value of the wrong type."""
+        self._parser(self.subcommand).error(message, error)
+
+    def _set_up_run(self, total_env_steps: int | None, own_logger: bool) -> None:
+        """A fit's plumbing on the Trainer: the run's TensorBoard logger (``lightning_logs/<ALGO>-<env
+        id>/version_N``; ``own_logger`` False keeps the one given) and the env-step budget, if any."""
+        if own_logger:
             self.trainer.loggers = [run_logger(self.model, self.trainer.default_root_dir)]
-        if config.get("total_env_steps") is not None:
-            self.trainer.callbacks.append(EnvStepBudget(config.total_env_steps))
-        self.trainer.callbacks.append(StartLine())
+        if total_env_steps is not None:
+            self.trainer.callbacks.append(EnvStepBudget(total_env_steps))
+
+    def _checkpoint_to_resume(self, ckpt_path: str | None, root_dir: str) -> str | None:
+        """``ckpt_path``, or for ``last`` the newest ``last.ckpt`` of this algorithm and env under
+        ``root_dir`` (this run's own new version_N folder has none for Lightning's lookup to find),
+        checked to fit the module built from the flags: the same algorithm, env and network shapes,
+        or a usage error naming both (exit status 2)."""
+        path = None
+        try:
+            path = resolve_ckpt_path(ckpt_path, root_dir, self.model.algorithm_name(), self.model.hparams.env_id)
+            if path is not None:
+                self.model.check_checkpoint(load_checkpoint_file(path))
+        except ValueError as error:
+            self._usage_error(f"--ckpt_path {path or ckpt_path}: {error}", error)
+        return path
+
+    # -- subcommands ----------------------------------------------------------------------------------
 
     def _resolve_ckpt_path(self) -> None:
-        # `--ckpt_path last`: the newest last.ckpt of this algorithm and env under default_root_dir,
-        # since this run's own (new) version_N folder has none for Lightning's lookup to find.
+        # What Lightning is handed as ckpt_path: the checked file (``last`` found).
         config = self.config_init[self.subcommand]
-        config["ckpt_path"] = resolve_ckpt_path(
-            config.get("ckpt_path"),
-            self.trainer.default_root_dir,
-            self.model.algorithm_name(),
-            self.model.hparams.env_id,
-        )
-
-    def _check_ckpt_path(self) -> None:
-        """The checkpoint (a path, or the one ``last`` found) fits the module built from the flags: the same
-        algorithm, env and network shapes, or a usage error naming both (exit status 2)."""
-        ckpt_path = self.config_init[self.subcommand].get("ckpt_path")
-        if ckpt_path is None:
-            return
-        try:
-            self.model.check_checkpoint(load_checkpoint_file(ckpt_path))
-        except ValueError as error:
-            self._parser(self.subcommand).error(f"--ckpt_path {ckpt_path}: {error}")
+        config["ckpt_path"] = self._checkpoint_to_resume(config.get("ckpt_path"), self.trainer.default_root_dir)
 
     def before_fit(self) -> None:
         self._resolve_ckpt_path()
-        self._check_ckpt_path()
-        self._start = time.perf_counter()
-
-    def after_fit(self) -> None:
-        if self.trainer.is_global_zero:
-            print(report(self.trainer, self.model, time.perf_counter() - self._start), flush=True)
 
     def before_validate(self) -> None:
         self._resolve_ckpt_path()
-        self._check_ckpt_path()
         self.config_init[self.subcommand]["verbose"] = False  # Lightning's results table: one line instead
 
     before_test = before_validate
@@ -258,6 +257,220 @@ class RLLightningCLI(LightningCLI):
         return line + (
             f"; logged to {logger.log_dir}" if logger is not None and logger.log_dir else "; nothing written"
         )
+
+
+#: The Lightning Trainer flags a script takes as they are (``--devices 2``); the run's length is
+#: ``--max_steps`` or ``--total_env_steps``.
+SCRIPT_TRAINER_FLAGS = ("accelerator", "devices", "strategy", "num_nodes", "precision", "default_root_dir")
+
+
+class ScriptCLI(RLLightningCLI):
+    """A training script's command line: ``model_class``'s hyper-parameters as flat options (``--lr``,
+    ``--hidden_sizes [64,64]``, ``--network CLASS_PATH``), the Trainer flags, and the evaluation / video /
+    stopping options of :func:`~rl_lightning.scripting.default_callbacks`. It builds ``.model`` and
+    ``.trainer`` and finds ``.ckpt_path`` without running them (LightningCLI's ``run=False``); the script
+    calls ``cli.trainer.fit(cli.model, ckpt_path=cli.ckpt_path)``. A value of the wrong type, one the
+    module or Lightning refuses (``--lr -1``, ``--devices 0``) or a checkpoint that does not fit exits
+    with status 2 and a message naming the option, before anything trains.
+
+    Args:
+        model_class: the module the script trains.
+        description: the ``--help`` text (the script's docstring).
+        max_steps: the run's length in optimizer steps when neither ``--max_steps`` nor
+            ``--total_env_steps`` is given.
+        eval_every_n_env_steps: the default of ``--eval_every_n_env_steps``.
+        video_every_n_env_steps: the default of ``--video_every_n_env_steps``.
+        log_every_n_steps: the Trainer's (optimizer steps between logged metrics).
+        args: the command line (None: ``sys.argv[1:]``).
+    """
+
+    def __init__(
+        self,
+        model_class: type[L.LightningModule],
+        description: str | None,
+        *,
+        max_steps: int,
+        eval_every_n_env_steps: int,
+        video_every_n_env_steps: int,
+        log_every_n_steps: int = 1,
+        args: Sequence[str] | None = None,
+    ) -> None:
+        self._defaults = {"max_steps": max_steps, "eval": eval_every_n_env_steps, "video": video_every_n_env_steps}
+        self._log_every_n_steps = log_every_n_steps
+        self.ckpt_path: str | None = None
+        super().__init__(
+            model_class,
+            save_config_callback=None,  # no config.yaml next to the logs; --print_config writes one
+            seed_everything_default=False,  # the module seeds itself from --seed
+            parser_kwargs={"description": description, "formatter_class": _HelpFormatter},
+            run=False,
+            auto_configure_optimizers=False,  # the modules make their own Adam from --lr
+            load_from_checkpoint_support=False,  # the checkpoint's hyper-parameters are the module's own
+            args=args,
+        )
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        parser = self.parser_class(**kwargs)
+        parser.add_argument("--config", action=ActionConfigFile, help="a YAML file of options (see --print_config)")
+        return parser
+
+    def add_default_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        pass  # no --seed_everything: each module seeds its networks, envs and sampling from --seed
+
+    def _set_seed(self) -> None:
+        pass  # LightningCLI would call seed_everything(None), a random global seed, without --seed_everything
+
+    def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        self._module_keys = parser.add_class_arguments(self.model_class, nested_key=None, as_group=True)
+        for action in parser._actions:
+            if action.dest == "network":
+                # jsonargparse would list every nn.Module subclass torch has (a screenful) in the help.
+                action.extra_help = lambda: ", a class_path and init_args, e.g. torch.nn.Flatten"
+
+        group = parser.add_argument_group("Lightning Trainer flags")
+        group.add_argument("--accelerator", type=str, default="cpu", help="cpu, gpu, auto ...")
+        group.add_argument("--devices", type=int | str, default=1, help="how many, auto, or which: 0,1")
+        group.add_argument("--strategy", type=str, default="auto", help="auto, ddp, ddp_spawn ...")
+        group.add_argument("--num_nodes", type=PositiveInt, default=1, help="machines in a multi-node run")
+        group.add_argument("--precision", type=str, default="32-true", help="32-true, bf16-mixed, 16-mixed ...")
+        group.add_argument(
+            "--max_steps",
+            type=int | None,
+            default=None,
+            help=f"optimizer steps in all (null: {self._defaults['max_steps']:,}, or --total_env_steps; -1: no limit)",
+        )
+        group.add_argument("--default_root_dir", type=str, default=".", help="logs go to DIR/lightning_logs")
+        _add_run_arguments(group)
+        group.add_argument(
+            "--ckpt_path",
+            type=str | None,
+            default=None,
+            help="resume from this checkpoint, or 'last': the newest last.ckpt under DIR/lightning_logs",
+        )
+
+        group = parser.add_argument_group("evaluation, video and stopping")
+        every = "env steps between greedy evaluations"
+        group.add_argument("--eval_every_n_env_steps", type=PositiveInt, default=self._defaults["eval"], help=every)
+        group.add_argument("--num_eval_episodes", type=PositiveInt, default=32, help="episodes per evaluation")
+        group.add_argument(
+            "--eval_max_episode_steps",
+            type=PositiveInt | None,
+            default=None,
+            help="cut evaluation episodes at this many steps (null: the env's time limit; 1000 without one)",
+        )
+        every = "env steps between grid videos"
+        group.add_argument("--video_every_n_env_steps", type=PositiveInt, default=self._defaults["video"], help=every)
+        group.add_argument("--no_video", action="store_true", help="do not log grid videos")
+        group.add_argument(
+            "--solved_return",
+            type=float | None,
+            default=None,
+            help="greedy eval return that stops the run (null: the env's, e.g. CartPole-v1 475, Acrobot-v1 -100, "
+            "Pendulum-v1 -200, or gymnasium's reward_threshold; none known: no early stop)",
+        )
+        group.add_argument("--no_stop_when_solved", action="store_true", help="train for the whole budget")
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        pass  # --num_threads and --total_env_steps are among the Trainer flags
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
+        # jsonargparse gives a list-valued option a second spelling, ``--hidden_sizes+`` (append).
+        options = {option for action in parser._actions for option in action.option_strings}
+        list_options = {f"--{key}" for key in self._module_keys if f"--{key}+" in options}
+        argv = sys.argv[1:] if args is None else list(args)
+        self.config = parser.parse_args(_argparse_spellings(argv, list_options))
+        if self.config.max_steps is not None and self.config.total_env_steps is not None:
+            parser.error("--max_steps and --total_env_steps both set the run's length: pass one of them")
+        if self.config.max_steps is None and self.config.total_env_steps is None:
+            self.config.max_steps = self._defaults["max_steps"]
+
+    def before_instantiate_classes(self) -> None:
+        torch.set_num_threads(self.config.num_threads)
+
+    def instantiate_classes(self) -> None:
+        config = self.config
+        # ``instantiate`` is jsonargparse >= 4.49's name for ``instantiate_classes``.
+        instantiate = getattr(self.parser, "instantiate", None) or self.parser.instantiate_classes
+        self.config_init = instantiate(config)  # builds --network from its class_path and init_args
+        try:
+            self.model = self.model_class(**{key: self.config_init[key] for key in self._module_keys})
+        except (TypeError, ValueError) as error:
+            self._usage_error(str(error), error)
+        self.ckpt_path = self._checkpoint_to_resume(config.ckpt_path, config.default_root_dir)
+        if config.total_env_steps is not None:
+            length = {"max_steps": -1, "max_epochs": -1}  # EnvStepBudget sets max_steps; no epoch limit
+        else:
+            length = {"max_steps": config.max_steps}
+        callbacks = default_callbacks(
+            self.model.hparams.env_id,
+            eval_every_n_env_steps=config.eval_every_n_env_steps,
+            num_eval_episodes=config.num_eval_episodes,
+            eval_max_episode_steps=config.eval_max_episode_steps,
+            video_every_n_env_steps=None if config.no_video else config.video_every_n_env_steps,
+            solved_return=config.solved_return,
+            stop_when_solved=not config.no_stop_when_solved,
+        )
+        try:
+            self.trainer = self.instantiate_trainer(
+                **{name: config[name] for name in SCRIPT_TRAINER_FLAGS},
+                **length,
+                callbacks=callbacks,
+                log_every_n_steps=self._log_every_n_steps,
+                logger=False,  # the run's own, once the Trainer accepts its flags: a refusal leaves no directory
+                enable_model_summary=False,  # the start line gives the parameter count
+            )
+        except (MisconfigurationException, TypeError, ValueError, RuntimeError, ImportError) as error:
+            given = " ".join(f"--{name} {config[name]}" for name in SCRIPT_TRAINER_FLAGS[:-1])
+            self._usage_error(f"the Trainer flags ({given}) are not usable here: {error}", error)
+        self._set_up_run(config.total_env_steps, own_logger=True)
+
+
+def _add_run_arguments(container: Any) -> None:
+    """``--num_threads`` and ``--total_env_steps``, the same in ``rl-lightning`` and the scripts."""
+    threads = "torch CPU threads (torch.set_num_threads)"
+    container.add_argument("--num_threads", type=PositiveInt, default=1, help=threads)
+    container.add_argument(
+        "--total_env_steps",
+        type=PositiveInt | None,
+        default=None,
+        help="fit: the run's length in env steps (SB3's total_timesteps), in place of max_steps",
+    )
+
+
+class _HelpFormatter(DefaultHelpFormatter):
+    """jsonargparse's help (type and default after each option) with the script's docstring as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "".join(indent + line for line in text.splitlines(keepends=True))
+
+
+def _argparse_spellings(argv: Sequence[str], list_options: set[str]) -> list[str]:
+    """``argv`` with the spellings jsonargparse does not read in its own, which the README documents for
+    the scripts: ``--hidden_sizes 64 64`` -> ``--hidden_sizes [64,64]``, and ``none`` / ``None`` -> ``null``."""
+
+    def is_option(token: str) -> bool:
+        return token.startswith("-") and not token.lstrip("-")[:1].isdigit()  # -1 and -0.5 are values
+
+    result: list[str] = []
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        index += 1
+        if token in ("none", "None"):
+            token = "null"
+        elif is_option(token) and token.endswith(("=none", "=None")):
+            token = token.rpartition("=")[0] + "=null"
+        result.append(token)
+        if token in list_options:
+            end = index
+            while end < len(argv) and not is_option(argv[end]):
+                end += 1
+            values, index = list(argv[index:end]), end
+            if values and values[0].startswith("["):  # jsonargparse's own list, maybe split by the shell
+                result.append(" ".join(values))
+            elif values:
+                result.append(f"[{','.join(values)}]")
+    return result
 
 
 def _model_class(class_path: str | None) -> Any:

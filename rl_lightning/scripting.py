@@ -1,6 +1,6 @@
-"""Command-line plumbing shared by the training scripts: jsonargparse reads a module's
-hyper-parameters (types and defaults from its signature, help from its docstring's Args), and
-adds Lightning's Trainer flags and the evaluation / video / stopping options."""
+"""What a training run prints, logs and does when stopped, shared by the training scripts and
+``rl-lightning fit`` (both parse in :mod:`rl_lightning.cli`): the default callbacks, the run's logger,
+its first and last lines, and the signal handling of :func:`run_script`."""
 
 from __future__ import annotations
 
@@ -8,191 +8,75 @@ import contextlib
 import logging
 import re
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-from jsonargparse import ActionConfigFile, ArgumentParser, DefaultHelpFormatter, Namespace
-from jsonargparse.typing import PositiveInt
 
 
-class _HelpFormatter(DefaultHelpFormatter):
-    """jsonargparse's help (type and default after each option) with the script's docstring as written."""
+def default_callbacks(
+    env_id: str,
+    *,
+    eval_every_n_env_steps: int,
+    num_eval_episodes: int = 32,
+    eval_max_episode_steps: int | None = None,
+    video_every_n_env_steps: int | None = None,
+    solved_return: float | None = None,
+    stop_when_solved: bool = True,
+) -> list[L.Callback]:
+    """A training script's callbacks: greedy evaluation, a checkpoint of the best greedy policy and the last,
+    ``CheckpointOnStop``, optionally a grid video, early stopping once the greedy return reaches the solved
+    return, and the run's first and last lines (:class:`RunLines`).
 
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        return "".join(indent + line for line in text.splitlines(keepends=True))
+    Args:
+        env_id: the env trained on, whose solved return stops the run by default.
+        eval_every_n_env_steps: env steps between greedy evaluations.
+        num_eval_episodes: episodes per evaluation.
+        eval_max_episode_steps: evaluation episodes are cut at this many steps (None: the env's time limit).
+        video_every_n_env_steps: env steps between grid videos (None: no videos).
+        solved_return: the greedy return that stops the run (None: the env's, ``envs.solved_return``).
+        stop_when_solved: False trains for the whole budget.
+    """
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
+    from rl_lightning.callbacks import CheckpointOnStop, Evaluation, GridVideoLogger
+    from rl_lightning.envs import solved_return as env_solved_return
 
-def _script_parser(
-    module_cls: type[L.LightningModule], doc: str | None, max_steps: int, eval_every: int, video_every: int
-) -> tuple[ArgumentParser, list[str]]:
-    """The training scripts' parser: ``--config``, ``module_cls``'s hyper-parameters as flat options
-    (``--lr``, ``--hidden_sizes [64,64]``, ``--network CLASS_PATH``), the Trainer flags and the evaluation /
-    video / stopping options. Returns it and the names of the hyper-parameters."""
-    parser = ArgumentParser(description=doc, formatter_class=_HelpFormatter)
-    parser.add_argument("--config", action=ActionConfigFile, help="a YAML file of options (see --print_config)")
-    module_keys = parser.add_class_arguments(module_cls, nested_key=None, as_group=True)
-    for action in parser._actions:
-        if action.dest == "network":
-            # jsonargparse would list every nn.Module subclass torch has (a screenful) in the help.
-            action.extra_help = lambda: ", a class_path and init_args, e.g. torch.nn.Flatten"
-
-    group = parser.add_argument_group("Lightning Trainer flags")
-    group.add_argument("--accelerator", type=str, default="cpu", help="cpu, gpu, auto ...")
-    group.add_argument("--devices", type=int | str, default=1, help="how many, auto, or which: 0,1")
-    group.add_argument("--strategy", type=str, default="auto", help="auto, ddp, ddp_spawn ...")
-    group.add_argument("--num_nodes", type=PositiveInt, default=1, help="machines in a multi-node run")
-    group.add_argument("--precision", type=str, default="32-true", help="32-true, bf16-mixed, 16-mixed ...")
-    group.add_argument(
-        "--max_steps",
-        type=int | None,
-        default=None,
-        help=f"optimizer steps in all (null: {max_steps:,}, or --total_env_steps; -1: no limit)",
-    )
-    group.add_argument(
-        "--total_env_steps",
-        type=PositiveInt | None,
-        default=None,
-        help="the run's length in env steps (SB3's total_timesteps), instead of --max_steps",
-    )
-    group.add_argument("--default_root_dir", type=str, default=".", help="logs go to DIR/lightning_logs")
-    group.add_argument("--num_threads", type=PositiveInt, default=1, help="torch CPU threads")
-    group.add_argument(
-        "--ckpt_path",
-        type=str | None,
-        default=None,
-        help="resume from this checkpoint, or 'last': the newest last.ckpt under DIR/lightning_logs",
-    )
-
-    group = parser.add_argument_group("evaluation, video and stopping")
-    every = "env steps between greedy evaluations"
-    group.add_argument("--eval_every_n_env_steps", type=PositiveInt, default=eval_every, help=every)
-    group.add_argument("--num_eval_episodes", type=PositiveInt, default=32, help="episodes per evaluation")
-    group.add_argument(
-        "--eval_max_episode_steps",
-        type=PositiveInt | None,
-        default=None,
-        help="cut evaluation episodes at this many steps (null: the env's time limit; 1000 without one)",
-    )
-    every = "env steps between grid videos"
-    group.add_argument("--video_every_n_env_steps", type=PositiveInt, default=video_every, help=every)
-    group.add_argument("--no_video", action="store_true", help="do not log grid videos")
-    group.add_argument(
-        "--solved_return",
-        type=float | None,
-        default=None,
-        help="greedy eval return that stops the run (null: the env's, e.g. CartPole-v1 475, Acrobot-v1 -100, "
-        "Pendulum-v1 -200, or gymnasium's reward_threshold; none known: no early stop)",
-    )
-    group.add_argument("--no_stop_when_solved", action="store_true", help="train for the whole budget")
-    return parser, module_keys
-
-
-def _argparse_spellings(argv: Sequence[str], list_options: set[str]) -> list[str]:
-    """``argv`` with the argparse-era spellings jsonargparse does not read in its own:
-    ``--hidden_sizes 64 64`` -> ``--hidden_sizes [64,64]`` and ``none`` / ``None`` -> ``null``."""
-
-    def is_option(token: str) -> bool:
-        return token.startswith("-") and not token.lstrip("-")[:1].isdigit()  # -1 and -0.5 are values
-
-    result: list[str] = []
-    index = 0
-    while index < len(argv):
-        token = argv[index]
-        index += 1
-        if token in ("none", "None"):
-            token = "null"
-        elif is_option(token) and token.endswith(("=none", "=None")):
-            token = token.rpartition("=")[0] + "=null"
-        result.append(token)
-        if token in list_options:
-            end = index
-            while end < len(argv) and not is_option(argv[end]):
-                end += 1
-            values, index = list(argv[index:end]), end
-            if values and values[0].startswith("["):  # jsonargparse's own list, maybe split by the shell
-                result.append(" ".join(values))
-            elif values:
-                result.append(f"[{','.join(values)}]")
-    return result
-
-
-def parse_script_args(
-    module_cls: type[L.LightningModule],
-    doc: str | None,
-    max_steps: int,
-    eval_every: int,
-    video_every: int,
-    argv: Sequence[str] | None = None,
-) -> tuple[L.LightningModule, Namespace]:
-    """Parse ``argv`` (None: ``sys.argv[1:]``), apply ``--num_threads`` and build the module. Returns
-    the module and the options. A value of the wrong type, or one the module refuses (``--lr -1``),
-    exits with status 2 and a message naming the option, as argparse does."""
-    import torch
-
-    parser, module_keys = _script_parser(module_cls, doc, max_steps, eval_every, video_every)
-    # jsonargparse gives a list-valued option a second spelling, ``--hidden_sizes+`` (append).
-    options = {option for action in parser._actions for option in action.option_strings}
-    list_options = {f"--{key}" for key in module_keys if f"--{key}+" in options}
-    args = parser.parse_args(_argparse_spellings(sys.argv[1:] if argv is None else argv, list_options))
-    if args.max_steps is not None and args.total_env_steps is not None:
-        parser.error("--max_steps and --total_env_steps both set the run's length: pass one of them")
-    if args.max_steps is None and args.total_env_steps is None:
-        args.max_steps = max_steps
-    torch.set_num_threads(args.num_threads)
-    # ``instantiate`` is jsonargparse >= 4.49's name for ``instantiate_classes``.
-    instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes
-    hparams = instantiate(args)  # builds --network from its class_path and init_args
-    try:
-        module = module_cls(**{key: hparams[key] for key in module_keys})
-    except (TypeError, ValueError) as error:
-        parser.error(str(error), error)
-    _check_trainer_flags(parser, args)
-    if args.ckpt_path is not None:
-        # A checkpoint that is no checkpoint, or one of another algorithm, env or network, is a bad
-        # option too (exit status 2), not a traceback from inside fit.
-        from rl_lightning.checkpoints import load_checkpoint_file, resolve_ckpt_path
-
-        try:
-            path = resolve_ckpt_path(
-                args.ckpt_path, args.default_root_dir, module.algorithm_name(), module.hparams.env_id
+    callbacks: list[L.Callback] = [
+        Evaluation(
+            every_n_env_steps=eval_every_n_env_steps,
+            num_eval_episodes=num_eval_episodes,
+            max_episode_steps=eval_max_episode_steps,
+        ),
+        ModelCheckpoint(monitor="eval/episodic_return", mode="max", filename="best-{epoch}-{step}"),
+        # Lightning 2.6 writes save_last's copy only when a monitored checkpoint improves, so the
+        # state to resume from is a second, unmonitored checkpoint rewritten every epoch.
+        ModelCheckpoint(filename="last"),
+        CheckpointOnStop(),  # SIGTERM / Ctrl-C: last.ckpt is written where the run stopped
+    ]
+    if video_every_n_env_steps is not None:
+        callbacks.append(GridVideoLogger(every_n_env_steps=video_every_n_env_steps))
+    threshold = solved_return if solved_return is not None else env_solved_return(env_id)
+    note = None
+    if not stop_when_solved:
+        note = "trains for the whole budget (--no_stop_when_solved)"
+    elif threshold is None:
+        note = f"no solved return known for {env_id}: trains for the whole budget (--solved_return R stops it at R)"
+    else:
+        callbacks.append(
+            EarlyStopping(
+                monitor="eval/episodic_return",
+                stopping_threshold=threshold,
+                mode="max",
+                patience=10**9,  # stop on the threshold only, never for lack of improvement
+                check_on_train_epoch_end=True,
             )
-            if path is not None:
-                module.check_checkpoint(load_checkpoint_file(path))
-        except ValueError as error:
-            parser.error(f"--ckpt_path {args.ckpt_path}: {error}", error)
-    return module, args
-
-
-def _check_trainer_flags(parser: ArgumentParser, args: Namespace) -> None:
-    """``--accelerator``, ``--devices``, ``--strategy``, ``--num_nodes`` and ``--precision`` as Lightning
-    takes them: a combination it refuses (``--devices 0``, ``--accelerator gpu`` without one) exits
-    with status 2 and Lightning's reason, before anything starts."""
-    from lightning.fabric.utilities.exceptions import MisconfigurationException
-
-    names = ("accelerator", "devices", "strategy", "num_nodes", "precision")
-    try:
-        L.Trainer(
-            **{name: args[name] for name in names},
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
         )
-    except (MisconfigurationException, TypeError, ValueError, RuntimeError, ImportError) as error:
-        given = " ".join(f"--{name} {args[name]}" for name in names)
-        parser.error(f"the Trainer flags ({given}) are not usable here: {error}", error)
-
-
-def fit_kwargs(args: Namespace, module: Any) -> dict[str, Any]:
-    """The arguments of ``trainer.fit`` besides the module: the checkpoint to resume from (``last``:
-    the newest ``last.ckpt`` saved by the same module class for the same env)."""
-    from rl_lightning.checkpoints import resolve_ckpt_path
-
-    ckpt_path = resolve_ckpt_path(args.ckpt_path, args.default_root_dir, module.algorithm_name(), module.hparams.env_id)
-    return {"ckpt_path": ckpt_path}
+    callbacks.append(RunLines(note))
+    return callbacks
 
 
 #: The environment variable by which a DDP launcher's rank 0 tells the ranks it starts its version
@@ -246,65 +130,6 @@ def _claim_version(directory: Path) -> int:
             version += 1
 
 
-def trainer_kwargs(args: Namespace, module: Any) -> dict[str, Any]:
-    """The parsed Trainer flags, ready for ``L.Trainer(**...)``: the run's length (``--max_steps``, or
-    ``max_steps=-1`` and ``max_epochs=-1`` for the ``EnvStepBudget`` of ``--total_env_steps``), the
-    named logger, and no model summary (the start line gives the parameter count)."""
-    names = ("accelerator", "devices", "strategy", "num_nodes", "precision", "default_root_dir")
-    kwargs = {name: args[name] for name in names}
-    if args.total_env_steps is not None:
-        kwargs.update(max_steps=-1, max_epochs=-1)
-    else:
-        kwargs["max_steps"] = args.max_steps
-    return {**kwargs, "logger": run_logger(module, args.default_root_dir), "enable_model_summary": False}
-
-
-def watch_callbacks(args: Namespace, module: Any) -> list[L.Callback]:
-    """Evaluation, a checkpoint of the best greedy policy (and the last), optionally a grid
-    video, the env-step budget, early stopping once the greedy return reaches ``--solved_return``
-    (the env's own by default), and the start line."""
-    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-
-    from rl_lightning.callbacks import CheckpointOnStop, EnvStepBudget, Evaluation, GridVideoLogger
-    from rl_lightning.envs import solved_return
-
-    callbacks: list[L.Callback] = [
-        Evaluation(
-            every_n_env_steps=args.eval_every_n_env_steps,
-            num_eval_episodes=args.num_eval_episodes,
-            max_episode_steps=args.eval_max_episode_steps,
-        ),
-        ModelCheckpoint(monitor="eval/episodic_return", mode="max", filename="best-{epoch}-{step}"),
-        # Lightning 2.6 writes save_last's copy only when a monitored checkpoint improves, so the
-        # state to resume from is a second, unmonitored checkpoint rewritten every epoch.
-        ModelCheckpoint(filename="last"),
-        CheckpointOnStop(),  # SIGTERM / Ctrl-C: last.ckpt is written where the run stopped
-    ]
-    if args.total_env_steps is not None:
-        callbacks.append(EnvStepBudget(args.total_env_steps))
-    if not args.no_video:
-        callbacks.append(GridVideoLogger(every_n_env_steps=args.video_every_n_env_steps))
-    env_id = module.hparams.env_id
-    threshold = args.solved_return if args.solved_return is not None else solved_return(env_id)
-    note = None
-    if args.no_stop_when_solved:
-        note = "trains for the whole budget (--no_stop_when_solved)"
-    elif threshold is None:
-        note = f"no solved return known for {env_id}: trains for the whole budget (--solved_return R stops it at R)"
-    else:
-        callbacks.append(
-            EarlyStopping(
-                monitor="eval/episodic_return",
-                stopping_threshold=threshold,
-                mode="max",
-                patience=10**9,  # stop on the threshold only, never for lack of improvement
-                check_on_train_epoch_end=True,
-            )
-        )
-    callbacks.append(StartLine(note))
-    return callbacks
-
-
 def _solved_threshold(trainer: L.Trainer) -> float | None:
     """The greedy return at which an ``EarlyStopping`` of the Trainer stops the run, if any."""
     from lightning.pytorch.callbacks import EarlyStopping
@@ -319,9 +144,10 @@ def _solved_threshold(trainer: L.Trainer) -> float | None:
     return thresholds[0] if thresholds else None
 
 
-class StartLine(L.Callback):
-    """Print one line when training starts: what trains (parameters, envs), for how long (env steps and
-    updates), until when (the solved return), from which checkpoint, and where the logs go.
+class RunLines(L.Callback):
+    """Print the run's first line when training starts (what trains, for how long, until when, from which
+    checkpoint, where the logs go: :func:`start_line`) and its last lines when the fit ends (the outcome,
+    the greedy evaluation, wall time, where the checkpoints went: :func:`report`); rank 0 only.
 
     Args:
         note: said in place of the stopping rule (e.g. why there is none).
@@ -329,11 +155,19 @@ class StartLine(L.Callback):
 
     def __init__(self, note: str | None = None):
         self.note = note
+        self._start = time.perf_counter()
+
+    def setup(self, trainer: L.Trainer, pl_module: Any, stage: str) -> None:
+        self._start = time.perf_counter()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         line = start_line(trainer, pl_module, self.note)  # on every rank: nothing in it may wait for the others
         if trainer.is_global_zero:
             print(line, flush=True)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: Any) -> None:
+        if trainer.is_global_zero:
+            print(report(trainer, pl_module, time.perf_counter() - self._start), flush=True)
 
 
 def _log_dir(trainer: L.Trainer) -> str | None:

@@ -8,29 +8,22 @@ for the whole budget). Every DQNModule hyper-parameter and the usual Trainer fla
 ``lightning_logs/`` (watch them with ``tensorboard --logdir lightning_logs``).
 """
 
-import time
-
-import lightning as L
-
 from rl_lightning import DQNModule
-from rl_lightning.scripting import (
-    fit_kwargs,
-    parse_script_args,
-    report,
-    run_script,
-    trainer_kwargs,
-    watch_callbacks,
-)
+from rl_lightning.cli import ScriptCLI
+from rl_lightning.scripting import run_script
 
 
 def main() -> None:
-    # DQNModule(...) from the command line: a bad value exits with status 2 before training.
-    module, args = parse_script_args(DQNModule, __doc__, max_steps=10_000, eval_every=4_000, video_every=40_000)
-    trainer = L.Trainer(log_every_n_steps=50, callbacks=watch_callbacks(args, module), **trainer_kwargs(args, module))
-    start = time.perf_counter()
-    trainer.fit(module, **fit_kwargs(args, module))
-    if trainer.is_global_zero:
-        print(report(trainer, module, time.perf_counter() - start))
+    # DQNModule(...) and a Trainer from the command line: a bad value exits with status 2 before training.
+    cli = ScriptCLI(
+        DQNModule,
+        __doc__,
+        max_steps=10_000,
+        eval_every_n_env_steps=4_000,
+        video_every_n_env_steps=40_000,
+        log_every_n_steps=50,
+    )
+    cli.trainer.fit(cli.model, ckpt_path=cli.ckpt_path)
 
 
 if __name__ == "__main__":

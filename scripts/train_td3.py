@@ -8,29 +8,22 @@ for ``rl-lightning fit``. Every TD3Module hyper-parameter and the usual Trainer 
 checkpoints go to ``lightning_logs/TD3-<env id>/``.
 """
 
-import time
-
-import lightning as L
-
 from rl_lightning import TD3Module
-from rl_lightning.scripting import (
-    fit_kwargs,
-    parse_script_args,
-    report,
-    run_script,
-    trainer_kwargs,
-    watch_callbacks,
-)
+from rl_lightning.cli import ScriptCLI
+from rl_lightning.scripting import run_script
 
 
 def main() -> None:
-    # TD3Module(...) from the command line: a bad value exits with status 2 before training.
-    module, args = parse_script_args(TD3Module, __doc__, max_steps=20_000, eval_every=2_000, video_every=50_000)
-    trainer = L.Trainer(log_every_n_steps=100, callbacks=watch_callbacks(args, module), **trainer_kwargs(args, module))
-    start = time.perf_counter()
-    trainer.fit(module, **fit_kwargs(args, module))
-    if trainer.is_global_zero:
-        print(report(trainer, module, time.perf_counter() - start))
+    # TD3Module(...) and a Trainer from the command line: a bad value exits with status 2 before training.
+    cli = ScriptCLI(
+        TD3Module,
+        __doc__,
+        max_steps=20_000,
+        eval_every_n_env_steps=2_000,
+        video_every_n_env_steps=50_000,
+        log_every_n_steps=100,
+    )
+    cli.trainer.fit(cli.model, ckpt_path=cli.ckpt_path)
 
 
 if __name__ == "__main__":

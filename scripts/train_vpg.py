@@ -8,29 +8,22 @@ options (``--lr 0.01 --hidden_sizes [64,64] --clip_coef null --use_lr_decay true
 go to ``lightning_logs/`` (watch them with ``tensorboard --logdir lightning_logs``).
 """
 
-import time
-
-import lightning as L
-
 from rl_lightning import VPGModule
-from rl_lightning.scripting import (
-    fit_kwargs,
-    parse_script_args,
-    report,
-    run_script,
-    trainer_kwargs,
-    watch_callbacks,
-)
+from rl_lightning.cli import ScriptCLI
+from rl_lightning.scripting import run_script
 
 
 def main() -> None:
-    # VPGModule(...) from the command line: a bad value exits with status 2 before training.
-    module, args = parse_script_args(VPGModule, __doc__, max_steps=50, eval_every=32_000, video_every=100_000)
-    trainer = L.Trainer(log_every_n_steps=1, callbacks=watch_callbacks(args, module), **trainer_kwargs(args, module))
-    start = time.perf_counter()
-    trainer.fit(module, **fit_kwargs(args, module))
-    if trainer.is_global_zero:
-        print(report(trainer, module, time.perf_counter() - start))
+    # VPGModule(...) and a Trainer from the command line: a bad value exits with status 2 before training.
+    cli = ScriptCLI(
+        VPGModule,
+        __doc__,
+        max_steps=50,
+        eval_every_n_env_steps=32_000,
+        video_every_n_env_steps=100_000,
+        log_every_n_steps=1,
+    )
+    cli.trainer.fit(cli.model, ckpt_path=cli.ckpt_path)
 
 
 if __name__ == "__main__":

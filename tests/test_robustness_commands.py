@@ -21,10 +21,10 @@ from torch.utils.tensorboard import SummaryWriter
 
 from rl_lightning import DQNModule, PPOModule, evaluate_policy, make_envs
 from rl_lightning.checkpoints import load_checkpoint_file, resolve_ckpt_path
-from rl_lightning.cli import make_cli
+from rl_lightning.cli import ScriptCLI, make_cli
 from rl_lightning.envs import CartPole
 from rl_lightning.envs.gym_adapter import NO_TIME_LIMIT_EVAL_STEPS, time_limit
-from rl_lightning.scripting import parse_script_args, run_logger
+from rl_lightning.scripting import run_logger
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_PPO = dict(num_envs=4, num_steps_per_rollout=8)
@@ -47,6 +47,10 @@ def _no_pytest_argv(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["rl-lightning"])
     yield
     torch.set_num_threads(1)
+
+
+def _script_cli(module_cls: type[L.LightningModule], argv: list[str]) -> ScriptCLI:
+    return ScriptCLI(module_cls, None, max_steps=10, eval_every_n_env_steps=100, video_every_n_env_steps=100, args=argv)
 
 
 def _save(module: L.LightningModule, path: Path, steps: int = 2) -> Path:
@@ -153,7 +157,7 @@ def test_bad_checkpoint_files_exit_2_naming_the_file_in_the_cli_and_the_scripts(
         err = _cli_error([subcommand, "--model", "PPOModule", "--ckpt_path", str(path)], capsys)
         assert str(path) in err and expected in err
     with pytest.raises(SystemExit) as exit_info:
-        parse_script_args(PPOModule, None, 10, 100, 100, argv=["--ckpt_path", str(path)])
+        _script_cli(PPOModule, ["--ckpt_path", str(path)])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert str(path) in err and expected in err
@@ -166,7 +170,7 @@ def test_bad_checkpoint_files_exit_2_naming_the_file_in_the_cli_and_the_scripts(
 def test_a_script_refuses_a_checkpoint_of_another_algorithm_or_network_before_training(tmp_path, checkpoints, capsys):
     for path, message in [(checkpoints["dqn"], "saved by DQNModule"), (checkpoints["ppo_lstm"], "recurrent='lstm'")]:
         with pytest.raises(SystemExit) as exit_info:
-            parse_script_args(PPOModule, None, 10, 100, 100, argv=["--ckpt_path", str(path)])
+            _script_cli(PPOModule, ["--ckpt_path", str(path)])
         assert exit_info.value.code == 2
         assert message in capsys.readouterr().err
 
@@ -229,7 +233,7 @@ def test_make_envs_names_a_bad_or_absent_device(device, error, message):
 )
 def test_script_trainer_flags_lightning_refuses_exit_2_before_training(flags, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        parse_script_args(PPOModule, None, 10, 100, 100, argv=flags)
+        _script_cli(PPOModule, flags)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "the Trainer flags" in err and message in err

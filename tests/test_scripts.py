@@ -11,7 +11,8 @@ import torch
 
 from rl_lightning import DQNModule, PPOModule, SACModule, TD3Module, VPGModule
 from rl_lightning.callbacks import EnvStepBudget
-from rl_lightning.scripting import parse_script_args, trainer_kwargs, watch_callbacks
+from rl_lightning.cli import SCRIPT_TRAINER_FLAGS, ScriptCLI
+from rl_lightning.scripting import RunLines
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = {
@@ -27,15 +28,24 @@ UNDOCUMENTED: set[str] = set()
 
 
 @pytest.fixture(autouse=True)
-def _keep_num_threads():
-    # parse_script_args applies --num_threads to this process; leave the other tests theirs.
+def _keep_num_threads_and_cwd(tmp_path, monkeypatch):
+    # ScriptCLI applies --num_threads to this process (leave the other tests theirs), and its Trainer's
+    # logger claims lightning_logs/<run>/version_N in the working directory.
+    monkeypatch.chdir(tmp_path)
     num_threads = torch.get_num_threads()
     yield
     torch.set_num_threads(num_threads)
 
 
+def _cli(module_cls, *argv: str) -> ScriptCLI:
+    return ScriptCLI(
+        module_cls, None, max_steps=10, eval_every_n_env_steps=100, video_every_n_env_steps=1000, args=argv
+    )
+
+
 def _parse(module_cls, *argv: str):
-    return parse_script_args(module_cls, None, max_steps=10, eval_every=100, video_every=1000, argv=argv)
+    cli = _cli(module_cls, *argv)
+    return cli.model, cli.config
 
 
 def _run_script_in_process(name: str, *argv: str, monkeypatch) -> int:
@@ -160,30 +170,29 @@ def test_help_lists_every_hyperparameter_with_type_default_and_doc(script, monke
 
 
 def test_bools_nones_and_trainer_flags():
-    module, args = _parse(
+    from lightning.pytorch.accelerators import CPUAccelerator
+    from lightning.pytorch.callbacks import ModelSummary
+
+    cli = _cli(
         DQNModule,
         *("--double_dqn", "false", "--checkpoint_buffer", "False", "--max_grad_norm", "null"),
         *("--target_update_env_steps", "none", "--tau", "0.01", "--learning_starts", "64", "--batch_size", "32"),
         *("--devices", "auto", "--max_steps", "7", "--ckpt_path", "last", "--no_video", "--num_threads", "2"),
     )
+    module, args, trainer = cli.model, cli.config, cli.trainer
     assert module.hparams.double_dqn is False and module.hparams.checkpoint_buffer is False
     assert module.hparams.max_grad_norm is None and module.hparams.target_update_env_steps is None
     assert module.hparams.tau == 0.01 and module.hparams.learning_starts == 64
     assert args.no_video is True and args.no_stop_when_solved is False and args.ckpt_path == "last"
+    assert cli.ckpt_path is None  # "last" with no run of DQN on CartPole-v1 here: a fresh start
     assert torch.get_num_threads() == 2
-    kwargs = trainer_kwargs(args, module)
-    logger = kwargs.pop("logger")
-    assert kwargs == dict(
-        accelerator="cpu",
-        devices="auto",
-        strategy="auto",
-        num_nodes=1,
-        precision="32-true",
-        max_steps=7,
-        default_root_dir=".",
-        enable_model_summary=False,
+    assert {name: args[name] for name in SCRIPT_TRAINER_FLAGS} == dict(
+        accelerator="cpu", devices="auto", strategy="auto", num_nodes=1, precision="32-true", default_root_dir="."
     )
-    assert Path(logger.log_dir).parent == Path("lightning_logs") / "DQN-CartPole-v1"
+    assert isinstance(trainer.accelerator, CPUAccelerator) and trainer.num_devices == 1 and trainer.num_nodes == 1
+    assert trainer.precision == "32-true" and trainer.max_steps == 7 and trainer.log_every_n_steps == 1
+    assert not any(isinstance(callback, ModelSummary) for callback in trainer.callbacks)
+    assert Path(trainer.logger.log_dir).parent == Path("lightning_logs") / "DQN-CartPole-v1"
     assert _parse(DQNModule, "--devices", "2")[1].devices == 2
 
 
@@ -311,12 +320,11 @@ def test_total_env_steps_sizes_the_run_in_env_steps(tmp_path):
 
 
 def test_total_env_steps_and_max_steps_are_one_budget_each():
-    module, args = _parse(PPOModule, "--total_env_steps", "5000")
-    kwargs = trainer_kwargs(args, module)
-    assert kwargs["max_steps"] == -1 and kwargs["max_epochs"] == -1
-    [budget] = [callback for callback in watch_callbacks(args, module) if isinstance(callback, EnvStepBudget)]
+    trainer = _cli(PPOModule, "--total_env_steps", "5000").trainer
+    assert trainer.max_steps == -1 and trainer.max_epochs == -1
+    [budget] = [callback for callback in trainer.callbacks if isinstance(callback, EnvStepBudget)]
     assert budget.total_env_steps == 5000
-    assert trainer_kwargs(*reversed(_parse(PPOModule)))["max_steps"] == 10  # the script's default budget
+    assert _cli(PPOModule).trainer.max_steps == 10  # the script's default budget
     with pytest.raises(SystemExit) as exit_info:
         _parse(PPOModule, "--total_env_steps", "5000", "--max_steps", "20")
     assert exit_info.value.code == 2
@@ -339,15 +347,12 @@ def test_total_env_steps_and_max_steps_are_one_budget_each():
 def test_solved_return_defaults_per_env(env_id, argv, threshold):
     from lightning.pytorch.callbacks import EarlyStopping
 
-    from rl_lightning.scripting import StartLine
-
-    module, args = _parse(PPOModule, "--env_id", env_id, *argv)
-    callbacks = watch_callbacks(args, module)
+    callbacks = _cli(PPOModule, "--env_id", env_id, *argv).trainer.callbacks
     stoppers = [callback for callback in callbacks if isinstance(callback, EarlyStopping)]
     assert [stopper.stopping_threshold for stopper in stoppers] == ([] if threshold is None else [threshold])
-    [start_line] = [callback for callback in callbacks if isinstance(callback, StartLine)]
+    [run_lines] = [callback for callback in callbacks if isinstance(callback, RunLines)]
     if env_id == "Probe1-v0":
-        assert start_line.note == "no solved return known for Probe1-v0: trains for the whole budget " + (
+        assert run_lines.note == "no solved return known for Probe1-v0: trains for the whole budget " + (
             "(--solved_return R stops it at R)"
         )
 
@@ -366,3 +371,30 @@ def test_train_sac_script_trains_evaluates_and_reports(tmp_path):
     assert "until the greedy eval return reaches -200" in result.stdout.splitlines()[0]
     assert "120 env steps, 20 updates" in result.stdout
     assert (tmp_path / "lightning_logs" / "SAC-Pendulum-v1" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_script_leaves_the_global_seed_alone_and_writes_no_config():
+    """No seed_everything (LightningCLI's default without --seed_everything would draw a random global
+    seed): the module seeds itself from --seed. A script writes no config.yaml (``--print_config`` does)."""
+    from lightning.pytorch.cli import SaveConfigCallback
+
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    cli = _cli(VPGModule, "--num_envs", "4", "--seed", "5")
+    torch.testing.assert_close(torch.rand(3), expected, rtol=0, atol=0)
+    assert cli.model.hparams.seed == 5
+    assert not any(isinstance(callback, SaveConfigCallback) for callback in cli.trainer.callbacks)
+
+
+def test_a_script_and_rl_lightning_fit_share_one_parser_path():
+    """The scripts' ScriptCLI is the rl-lightning LightningCLI with one module's flags flat: the same
+    --num_threads and --total_env_steps, the same run plumbing (logger, budget, first and last lines)."""
+    from rl_lightning.cli import RLLightningCLI
+
+    cli = _cli(PPOModule, "--total_env_steps", "600", "--num_envs", "4", "--num_steps_per_rollout", "8")
+    assert isinstance(cli, RLLightningCLI)
+    [budget] = [callback for callback in cli.trainer.callbacks if isinstance(callback, EnvStepBudget)]
+    assert budget.total_env_steps == 600
+    assert sum(isinstance(callback, RunLines) for callback in cli.trainer.callbacks) == 1
+    assert Path(cli.trainer.logger.log_dir) == Path("lightning_logs") / "PPO-CartPole-v1" / "version_0"
