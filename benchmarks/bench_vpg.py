@@ -76,7 +76,7 @@ def run_plain_torch(seed: int) -> tuple[float, int]:
     source = RolloutSource(envs, policy, num_steps=hp.num_steps_per_rollout, seed=derive_seed(hp.seed, "actions"))
     optimizer = torch.optim.Adam(policy.parameters(), lr=hp.lr, eps=hp.adam_eps)
     for _ in range(MAX_ROLLOUTS):
-        batch = source.collect()
+        batch = source.collect().rollout
         if _mean_first_episode_return(batch) >= THRESHOLD:
             return time.perf_counter() - start, source.env_steps
         returns = normalize_returns(compute_returns(batch.rewards, batch.dones, hp.gamma))

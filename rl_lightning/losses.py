@@ -235,57 +235,47 @@ def smooth_target_actions(
 def compute_gae(
     rewards: Tensor,
     values: Tensor,
-    dones: Tensor,
+    next_values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
     gamma: float,
     lam: float,
-    terminated: Tensor | None = None,
-    final_values: Tensor | None = None,
 ) -> Tensor:
-    """Generalized advantage estimates, in the seeds' layout (``rollout.py``'s ``advantages``):
-    ``values`` and ``dones`` are one step longer than ``rewards``, and ``dones[:, t]`` says that
-    the observation at t starts a new episode, so step t ended one where ``dones[:, t + 1]``.
+    """Generalized advantage estimates (TorchRL's functional ``generalized_advantage_estimate``):
 
-        delta_t = r_t + gamma * bootstrap_t - V(s_t)
-        A_t     = delta_t + gamma * lam * (1 - dones[:, t + 1]) * A_{t+1}
+        delta_t = r_t + gamma * (1 - terminated_t) * next_values_t - values_t
+        A_t     = delta_t + gamma * lam * (1 - done_t) * A_{t+1},   done = terminated | truncated
 
-    Without ``terminated`` every episode end is terminal (the seed's convention): bootstrap_t is
-    ``V(s_{t+1})``, or 0 where the episode ended. With ``terminated`` and ``final_values`` a time
-    limit is not a terminal state: where step t ended an episode by truncation the bootstrap is
-    ``final_values[:, t]`` (the value of ``info["final_observation"]``, the state the episode
-    really reached), not 0 and not the next episode's first value; 0 only where it terminated. The
-    trace is cut at every episode end either way.
+    *done* cuts the trace, *terminated* cuts the bootstrap: where step t ended its episode by a time
+    limit it still bootstraps from ``next_values[:, t]``, the value of the state the episode really
+    reached (``info["final_observation"]``), not 0 and not the next episode's first value. The seeds'
+    ``rollout.py`` ``advantages`` is the case ``next_values = values shifted by one step`` with every
+    episode end terminal.
 
     Args:
         rewards: ``(num_envs, num_steps)``.
-        values: ``(num_envs, num_steps + 1)``: V of every observation, the last for bootstrapping.
-        dones: bool ``(num_envs, num_steps + 1)``.
+        values: ``(num_envs, num_steps)``: V(obs t).
+        next_values: ``(num_envs, num_steps)``: V of the state step t reached (used where not terminated).
+        terminated, truncated: bool ``(num_envs, num_steps)``: step t ended its episode by termination /
+            by a time limit.
         gamma, lam: discount and GAE lambda in [0, 1].
-        terminated: bool ``(num_envs, num_steps)``, the steps that ended an episode by termination.
-        final_values: ``(num_envs, num_steps)``, V of the final observation of each step (used where
-            a step ended an episode without terminating).
 
     Returns:
-        float32 ``(num_envs, num_steps)``; returns for the value loss are ``advantages + values[:, :-1]``.
+        float32 ``(num_envs, num_steps)``; returns for the value loss are ``advantages + values``.
     """
-    num_envs, num_steps = rewards.shape
-    if values.shape != (num_envs, num_steps + 1) or dones.shape != (num_envs, num_steps + 1):
+    shapes = [tuple(tensor.shape) for tensor in (rewards, values, next_values, terminated, truncated)]
+    if len(set(shapes)) != 1 or rewards.dim() != 2:
         raise ValueError(
-            f"values and dones must be (num_envs, num_steps + 1) = {(num_envs, num_steps + 1)}, "
-            f"got {tuple(values.shape)} and {tuple(dones.shape)}"
+            "rewards, values, next_values, terminated and truncated must all be (num_envs, num_steps), got "
+            + ", ".join(map(str, shapes))
         )
-    if (terminated is None) != (final_values is None):
-        raise ValueError("terminated and final_values go together: pass both or neither")
     rewards, values = rewards.float(), values.float()
-    ended = dones[:, 1:].bool()
-    if terminated is None:
-        bootstrap = torch.where(ended, 0.0, values[:, 1:])
-    else:
-        bootstrap = torch.where(ended, torch.where(terminated.bool(), 0.0, final_values.float()), values[:, 1:])
-    deltas = rewards + gamma * bootstrap - values[:, :-1]
-    decay = (~ended).float() * (gamma * lam)
+    bootstrap = torch.where(terminated.bool(), 0.0, next_values.float())
+    deltas = rewards + gamma * bootstrap - values
+    decay = (~(terminated.bool() | truncated.bool())).float() * (gamma * lam)
     advantages = torch.empty_like(deltas)
     running = torch.zeros_like(deltas[:, 0])
-    for t in range(num_steps - 1, -1, -1):
+    for t in range(deltas.shape[1] - 1, -1, -1):
         running = torch.addcmul(deltas[:, t], decay[:, t], running)
         advantages[:, t] = running
     return advantages

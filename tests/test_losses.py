@@ -149,11 +149,14 @@ def _seed_advantages(rews, values, dones, gamma, lam):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_compute_gae_equals_the_seeds_advantages_on_its_convention(seed):
+    """The seed's layout: values and dones one step longer, dones[t] = obs t starts an episode, every
+    end terminal. Ours on it: next_values = values shifted by one step, terminated = dones[:, 1:]."""
     generator = torch.Generator().manual_seed(seed)
     rewards = torch.randn(5, 12, generator=generator)
     values = torch.randn(5, 13, generator=generator)
     dones = torch.rand(5, 13, generator=generator) < 0.25
-    ours = compute_gae(rewards, values, dones, gamma=0.97, lam=0.9)
+    ends = dones[:, 1:]
+    ours = compute_gae(rewards, values[:, :-1], values[:, 1:], ends, torch.zeros_like(ends), gamma=0.97, lam=0.9)
     seeds = _seed_advantages(rewards.T.numpy(), values.T.numpy(), dones.T.float().numpy(), 0.97, 0.9)
     torch.testing.assert_close(ours, torch.from_numpy(seeds).T, rtol=1e-5, atol=1e-5)
 
@@ -162,20 +165,39 @@ def test_compute_gae_by_hand_with_a_truncation_and_a_termination():
     """One env, 4 steps, gamma 0.5, lam 1: step 1 ends an episode by truncation (bootstrap from the
     final observation's value 8, not 0 and not V(s2) = 100), step 3 by termination (bootstrap 0)."""
     rewards = torch.tensor([[1.0, 1.0, 1.0, 1.0]])
-    values = torch.tensor([[2.0, 2.0, 100.0, 4.0, 50.0]])
-    dones = torch.tensor([[True, False, True, False, True]])  # obs t starts an episode
+    values = torch.tensor([[2.0, 2.0, 100.0, 4.0]])
+    next_values = torch.tensor([[2.0, 8.0, 4.0, 50.0]])  # V(s1), V(final obs of step 1), V(s3), unused
     terminated = torch.tensor([[False, False, False, True]])
-    final_values = torch.tensor([[0.0, 8.0, 0.0, 0.0]])
-    advantages = compute_gae(rewards, values, dones, 0.5, 1.0, terminated=terminated, final_values=final_values)
+    truncated = torch.tensor([[False, True, False, False]])
+    advantages = compute_gae(rewards, values, next_values, terminated, truncated, 0.5, 1.0)
     # delta: [1 + 0.5*2 - 2, 1 + 0.5*8 - 2, 1 + 0.5*4 - 100, 1 + 0 - 4] = [0, 3, -97, -3]
     # A_3 = -3; A_2 = -97 + 0.5 * -3; A_1 = 3 (trace cut); A_0 = 0 + 0.5 * 3
     assert advantages.tolist() == [[1.5, 3.0, -98.5, -3.0]]
-    # the seed's convention treats the truncation as terminal: delta_1 = 1 - 2 = -1
-    assert compute_gae(rewards, values, dones, 0.5, 1.0).tolist() == [[-0.5, -1.0, -98.5, -3.0]]
-    with pytest.raises(ValueError, match="num_steps \\+ 1"):
-        compute_gae(rewards, values[:, :-1], dones, 0.5, 1.0)
-    with pytest.raises(ValueError, match="go together"):
-        compute_gae(rewards, values, dones, 0.5, 1.0, terminated=terminated)
+    # the same end as a termination (the seed's convention): delta_1 = 1 - 2 = -1
+    as_terminal = compute_gae(
+        rewards, values, next_values, terminated | truncated, torch.zeros_like(truncated), 0.5, 1.0
+    )
+    assert as_terminal.tolist() == [[-0.5, -1.0, -98.5, -3.0]]
+    with pytest.raises(ValueError, match="must all be \\(num_envs, num_steps\\)"):
+        compute_gae(rewards, torch.zeros(1, 5), next_values, terminated, truncated, 0.5, 1.0)
+
+
+def test_compute_gae_matches_a_python_loop_with_both_flags():
+    generator = torch.Generator().manual_seed(4)
+    rewards, values, next_values = (torch.randn(3, 30, generator=generator) for _ in range(3))
+    terminated = torch.rand(3, 30, generator=generator) < 0.1
+    truncated = (torch.rand(3, 30, generator=generator) < 0.1) & ~terminated
+    expected = torch.zeros(3, 30)
+    for env in range(3):
+        running = 0.0
+        for t in reversed(range(30)):
+            bootstrap = 0.0 if terminated[env, t] else next_values[env, t].item()
+            delta = rewards[env, t].item() + 0.9 * bootstrap - values[env, t].item()
+            done = bool(terminated[env, t] or truncated[env, t])
+            running = delta + (0.0 if done else 0.9 * 0.8 * running)
+            expected[env, t] = running
+    ours = compute_gae(rewards, values, next_values, terminated, truncated, 0.9, 0.8)
+    torch.testing.assert_close(ours, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_ppo_policy_loss_clips_the_ratio_by_hand():

@@ -2,9 +2,9 @@
 
 One epoch = one rollout and its updates:
 
-    rollout    = ActorCriticSource.collect()          (envs stepped num_steps_per_rollout times)
-    A          = compute_gae(r, V, dones, gamma, lam)  (a truncated episode bootstraps from
-                                                        V(final_observation), a terminated one from 0)
+    rollout    = ActorCriticSource.collect().rollout  (envs stepped num_steps_per_rollout times)
+    A          = compute_gae(r, V, V_next, terminated, truncated, gamma, lam)
+                 (a truncated episode bootstraps from V(final_observation), a terminated one from 0)
     repeat update_epochs times, for each of num_minibatches shuffled (env, t) minibatches:
         r_t    = pi(a|s) / pi_old(a|s)
         loss   = max(-A r_t, -A clip(r_t, 1 +- clip_coef))          (compute_ppo_policy_loss)
@@ -194,6 +194,7 @@ class PPOModule(RLModule):
         self.obs_normalizer = ObservationNormalizer(normalized) if normalize_obs else None
         self.reward_scaler = RewardScaler(gamma) if normalize_rewards else None
         self._skip_updates = False  # target_kl reached: the rest of this rollout's minibatches
+        self._approx_kl: Tensor | None = None  # the newest minibatch's approximate KL
 
     # -- the algorithm ----------------------------------------------------------------------
 
@@ -222,28 +223,32 @@ class PPOModule(RLModule):
                 "losses/approx_kl": approx_kl,
                 "losses/clipfrac": compute_clip_fraction(logprobs, batch.logprobs, hp.clip_coef),
             }
-        position = self.source.minibatch_in_rollout  # this minibatch's place in its rollout
-        if position == 0:  # once per rollout
-            self._skip_updates = False
-            rollout = self.source.last_rollout
-            targets = self.source.last_advantages + rollout.values[:, :-1]
-            metrics["losses/explained_variance"] = compute_explained_variance(rollout.values[:, :-1], targets)
+        self._approx_kl = approx_kl  # for target_kl (optimizer_step)
+        collection = self.source.collection
+        if collection.position == 0:  # once per rollout
+            values, targets = collection.rollout.values, collection.advantages + collection.rollout.values
+            metrics["losses/explained_variance"] = compute_explained_variance(values, targets)
             self.log_charts()
         self.log_metrics(metrics)
-        if hp.target_kl is not None and (position + 1) % hp.num_minibatches == 0:
-            # The end of an update epoch: every rank decides alike, on the KL of all ranks.
-            kl = self.trainer.strategy.reduce(approx_kl, reduce_op="mean") if self.world_size > 1 else approx_kl
-            self._skip_updates = self._skip_updates or bool(kl > hp.target_kl)
         return loss
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
-        # The flag is reset by the first minibatch of the next rollout (in the closure, below).
-        if self._skip_updates and self.source.minibatch_in_rollout > 0:
-            # target_kl reached: run the closure (forward and backward keep DDP's ranks in step)
-            # but do not step the optimizer: the parameters stay as they are.
+        # target_kl: once the KL of an update epoch's last minibatch exceeds it, the rest of the rollout's
+        # minibatches run their closure (forward and backward keep DDP's ranks in step) without an
+        # optimizer step: the parameters stay as they are until the next rollout.
+        position = self.source.collection.position  # this minibatch's place in its rollout
+        if position == 0:
+            self._skip_updates = False
+        if self._skip_updates:
             optimizer_closure()
             return
-        optimizer.step(closure=optimizer_closure)
+        optimizer.step(closure=optimizer_closure)  # runs training_step
+        target_kl = self.hparams.target_kl
+        if target_kl is not None and (position + 1) % self.hparams.num_minibatches == 0:
+            # The end of an update epoch: every rank decides alike, on the KL of all ranks.
+            kl = self._approx_kl
+            kl = self.trainer.strategy.reduce(kl, reduce_op="mean") if self.world_size > 1 else kl
+            self._skip_updates = bool(kl > target_kl)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(
@@ -364,4 +369,5 @@ class PPOModule(RLModule):
         return hp.num_envs * hp.num_steps_per_rollout * self.world_size / self.training_steps_per_collection
 
     def latest_rollout(self) -> RolloutTensors | None:
-        return self.source.last_raw_rollout if self.source is not None else None
+        collection = None if self.source is None else self.source.collection
+        return None if collection is None else collection.rollout

@@ -2,7 +2,7 @@
 
 One training step = one batch of whole trajectories from a rollout of the current policy:
 
-    rollout  = RolloutSource.collect()                 (envs stepped num_steps_per_rollout times)
+    rollout  = RolloutSource.collect().rollout         (envs stepped num_steps_per_rollout times)
     G_t      = compute_returns(rewards, dones, gamma)  (optionally normalised)
     J        = mean_t,env[ iw * log pi(a_t|s_t) * (G_t - mean_env G_t) ]
     loss     = -J                                      (Adam minimises -J, i.e. ascends J)
@@ -157,7 +157,7 @@ class VPGModule(RLModule):
         objective = compute_reinforce_loss(returns, logprobs, weights)
         metrics["losses/policy_objective"] = objective.detach()
         self.log_metrics(metrics)
-        if self.source.batch_in_rollout == 0:  # once per rollout
+        if self.source.collection.position == 0:  # once per rollout
             self.log_charts()
         return -objective
 
@@ -203,4 +203,5 @@ class VPGModule(RLModule):
         return hp.num_envs * hp.num_steps_per_rollout * self.world_size / self.training_steps_per_collection
 
     def latest_rollout(self) -> RolloutTensors | None:
-        return self.source.last_rollout if self.source is not None else None
+        collection = None if self.source is None else self.source.collection
+        return None if collection is None else collection.rollout

@@ -1,38 +1,55 @@
-"""On-policy data for VPG: the ``Rollout`` buffer and the ``RolloutSource`` dataset."""
+"""On-policy data: the rollout record, the ``Rollout`` buffer and the ``RolloutSource`` dataset (VPG; the
+actor-critic sources in ``actor_critic.py`` are the same source with a critic).
+
+One meaning of done everywhere: ``terminated[:, t]`` / ``truncated[:, t]`` say that step t ended its episode
+by termination / by a time limit, ``dones = terminated | truncated``; the obs at t + 1 then starts a new
+episode (the envs auto-reset).
+"""
 
 from __future__ import annotations
 
-import math
-import time
+from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor, nn
 
-from rl_lightning._checks import check_bool, check_int
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.spaces import as_tree, plain
-from rl_lightning.nets import sample_categorical
-
-# The seeds' name for categorical sampling, kept.
-sample_actions = sample_categorical
 
 
 class RolloutTensors(NamedTuple):
     """A rollout (or a batch of its envs), every field ``(num_envs, num_steps, ...)``.
 
-    ``dones[:, t]`` is True where the episode ended on step t (terminated or truncated): the
-    obs at t + 1 then starts a new episode. ``actions`` are what the policy sampled (for a
-    ``Box`` space unclipped, ``(num_envs, num_steps, *action_shape)``).
+    ``actions`` are what the policy sampled (for a ``Box`` space unclipped). ``values`` and
+    ``next_values`` are an actor-critic's (None without a critic): ``next_values[:, t]`` is V of the state
+    step t reached, V(obs t + 1) inside an episode and V(``info["final_observation"]``) where step t ended
+    one (used only where it did not terminate: a time limit is not a terminal state).
     """
 
-    obs: Tensor
-    actions: Tensor
-    logprobs: Tensor
-    rewards: Tensor
-    dones: Tensor
+    obs: Tensor  # (num_envs, num_steps, *obs_shape), as the envs gave them
+    actions: Tensor  # (num_envs, num_steps, *action_shape)
+    logprobs: Tensor  # (num_envs, num_steps), log pi(a_t | o_t) under the policy that acted
+    rewards: Tensor  # float32 (num_envs, num_steps), as the envs gave them
+    terminated: Tensor  # bool (num_envs, num_steps): step t ended its episode by termination
+    truncated: Tensor  # bool (num_envs, num_steps): step t ended its episode by a time limit
+    values: Tensor | None = None  # (num_envs, num_steps): V(obs t)
+    next_values: Tensor | None = None  # (num_envs, num_steps): V of the state step t reached
+
+    @property
+    def dones(self) -> Tensor:
+        """bool ``(num_envs, num_steps)``: step t ended its episode (terminated or truncated)."""
+        return self.terminated | self.truncated
+
+    def select_envs(self, index: slice | Tensor) -> RolloutTensors:
+        """The rollout of some envs (a slice: views), every field indexed along its first dimension."""
+        return RolloutTensors(*(None if field is None else field[index] for field in self))
+
+
+#: What ``Rollout.add_step`` stores per step, in the record's order.
+_STEP_FIELDS = RolloutTensors._fields[:7]
 
 
 class Rollout:
@@ -46,16 +63,27 @@ class Rollout:
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
         self.max_steps = max_steps
-        # Appending references and stacking once is cheaper than five indexed writes per step
-        # into a preallocated buffer; each step's tensors are fresh, so references are safe.
-        self._steps: list[tuple[Tensor, Tensor, Tensor, Tensor, Tensor]] = []
+        # Appending references and stacking once is cheaper than indexed writes per step into a
+        # preallocated buffer; each step's tensors are fresh, so references are safe.
+        self._steps: list[tuple[Any, ...]] = []
+        self._final_obs: list[Tensor] = []
 
     @property
     def timestep(self) -> int:
         """Number of steps stored."""
         return len(self._steps)
 
-    def add_step(self, obs: Tensor, actions: Tensor, logprobs: Tensor, rewards: Tensor, dones: Tensor) -> None:
+    def add_step(
+        self,
+        obs: Tensor,
+        actions: Tensor,
+        logprobs: Tensor,
+        rewards: Tensor,
+        terminated: Tensor,
+        truncated: Tensor | None = None,
+        values: Tensor | None = None,
+        final_obs: Tensor | None = None,
+    ) -> None:
         """Store one timestep of every env.
 
         Args:
@@ -63,50 +91,100 @@ class Rollout:
             actions: ``(num_envs, *action_shape)`` the actions taken (int for Discrete).
             logprobs: ``(num_envs,)`` log pi(a_t | o_t) under the policy that acted.
             rewards: ``(num_envs,)`` the reward for that action.
-            dones: bool ``(num_envs,)`` whether the episode ended on this step.
+            terminated, truncated: bool ``(num_envs,)`` whether the step ended the episode by termination /
+                by a time limit (truncated None: it did not).
+            values: ``(num_envs,)`` V(obs) of an actor-critic, or None.
+            final_obs: ``info["final_observation"]`` of the step (kept for :meth:`final_observations`), or None.
 
         Raises:
-            ValueError: if the rollout already holds ``max_steps`` steps, or the shapes
-                disagree on ``num_envs``.
+            ValueError: if the rollout already holds ``max_steps`` steps, or the first step's shapes
+                disagree on ``num_envs`` (the later steps' are checked when stacked).
         """
         if self.timestep >= self.max_steps:
             raise ValueError(f"Rollout is full: it already holds max_steps={self.max_steps} steps")
-        num_envs = obs.shape[0] if isinstance(obs, Tensor) else actions.shape[0]  # a dict observation: by its actions
-        if actions.shape[:1] != (num_envs,):
-            raise ValueError(f"actions must have shape ({num_envs}, ...) like obs, got {tuple(actions.shape)}")
-        for name, value in (("logprobs", logprobs), ("rewards", rewards), ("dones", dones)):
-            if value.shape != (num_envs,):
-                raise ValueError(f"{name} must have shape ({num_envs},) like obs, got {tuple(value.shape)}")
-        self._steps.append((obs, actions, logprobs, rewards, dones))
+        if truncated is None:
+            truncated = torch.zeros_like(terminated, dtype=torch.bool)
+        step = (obs, actions, logprobs, rewards, terminated, truncated, values)
+        if not self._steps:
+            _check_step(step)
+        self._steps.append(step)
+        if final_obs is not None:
+            self._final_obs.append(final_obs)
 
     def reset(self) -> None:
         """Empty the rollout."""
         self._steps.clear()
+        self._final_obs.clear()
 
     def get(self) -> RolloutTensors:
-        """All stored steps as ``(num_envs, timestep, ...)`` tensors (rewards float32)."""
+        """All stored steps as ``(num_envs, timestep, ...)`` tensors (rewards float32, flags bool);
+        ``next_values`` is None (a critic's, see ``ActorCriticSource``)."""
         if not self._steps:
             raise ValueError("Rollout is empty: add_step() at least once before get()")
-        obs, actions, logprobs, rewards, dones = zip(*self._steps, strict=True)
-        return RolloutTensors(
-            torch.stack(obs, dim=1),
-            torch.stack(actions, dim=1),
-            torch.stack(logprobs, dim=1),
-            torch.stack(rewards, dim=1).float(),
-            torch.stack(dones, dim=1),
-        )
+        stacked = []
+        for name, column in zip(_STEP_FIELDS, zip(*self._steps, strict=True), strict=True):
+            if column[0] is None:
+                stacked.append(None)
+                continue
+            try:
+                stacked.append(torch.stack(column, dim=1))
+            except RuntimeError as error:  # a later step whose shape differs from the first one's
+                raise ValueError(f"the steps' {name} differ in shape: {error}") from None
+        obs, actions, logprobs, rewards, terminated, truncated, values = stacked
+        return RolloutTensors(obs, actions, logprobs, rewards.float(), terminated.bool(), truncated.bool(), values)
 
-    def get_batches(self, batch_size: int) -> list[RolloutTensors]:
-        """Split the rollout along envs into batches of ``batch_size`` whole trajectories."""
-        return split_rollout(self.get(), batch_size)
+    def final_observations(self) -> Tensor:
+        """The stored steps' ``final_obs``, ``(num_envs, timestep, *obs_shape)``."""
+        if len(self._final_obs) != self.timestep:
+            raise ValueError(f"final_obs was given for {len(self._final_obs)} of the {self.timestep} steps")
+        return torch.stack(self._final_obs, dim=1)
 
 
-def split_rollout(rollout: RolloutTensors, batch_size: int) -> list[RolloutTensors]:
-    """Split ``rollout`` along envs into batches of ``batch_size`` whole trajectories (views)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    splits = [torch.split(field, batch_size, dim=0) for field in rollout]
-    return [RolloutTensors(*fields) for fields in zip(*splits, strict=True)]
+def _check_step(step: tuple[Any, ...]) -> None:
+    obs, actions = step[0], step[1]
+    num_envs = obs.shape[0] if isinstance(obs, Tensor) else actions.shape[0]  # a dict observation: by its actions
+    if actions.shape[:1] != (num_envs,):
+        raise ValueError(f"actions must have shape ({num_envs}, ...) like obs, got {tuple(actions.shape)}")
+    for name, value in zip(_STEP_FIELDS[2:], step[2:], strict=True):
+        if value is not None and value.shape != (num_envs,):
+            raise ValueError(f"{name} must have shape ({num_envs},) like obs, got {tuple(value.shape)}")
+
+
+@dataclass
+class RolloutCollection:
+    """The newest rollout and where training is in it (``source.collection``).
+
+    ``position`` is the index of the newest batch among the rollout's ``source.batches_per_rollout``
+    (0: the first batch of a rollout just collected). The other fields are what an actor-critic's
+    minibatches are cut from (None for VPG).
+    """
+
+    rollout: RolloutTensors  # as the envs gave it (raw obs and rewards), see ``RolloutTensors``
+    advantages: Tensor | None = None  # (num_envs, num_steps), GAE of the (scaled) rewards
+    position: int = -1
+    policy_obs: Tensor | None = None  # the obs as the policy saw them (normalised); None: rollout.obs
+    order: Tensor | None = None  # int64 (batches_per_rollout, batch_size): each minibatch's entries
+    initial_state: Tensor | None = None  # (num_state, num_envs, core_size): a recurrent policy's state at t = 0
+    episode_starts: Tensor | None = None  # bool (num_envs, num_steps): obs t starts an episode (recurrent)
+
+    @property
+    def training_obs(self) -> Tensor:
+        """The observations training evaluates the policy on: what it saw when it acted."""
+        return self.rollout.obs if self.policy_obs is None else self.policy_obs
+
+    def state_dict(self) -> dict[str, Any]:
+        # Plain dicts: checkpoints load with torch.load(weights_only=True), which knows no NamedTuple.
+        state = {field.name: plain(getattr(self, field.name)) for field in fields(self)}
+        state["rollout"] = {name: plain(value) for name, value in self.rollout._asdict().items()}
+        return state
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any], device: torch.device) -> RolloutCollection:
+        def load(value: Any) -> Any:
+            return as_tree(value).to(device) if isinstance(value, (Tensor, dict)) else value
+
+        rollout = RolloutTensors(**{name: load(value) for name, value in state["rollout"].items()})
+        return cls(rollout, **{name: load(value) for name, value in state.items() if name != "rollout"})
 
 
 class EpisodeStats(NamedTuple):
@@ -130,11 +208,15 @@ def first_episode_stats(rewards: Tensor, dones: Tensor) -> EpisodeStats:
 class RolloutSource(EnvSource):
     """Yields on-policy rollouts of ``policy`` on ``envs``, one training batch per item.
 
-    Each rollout gives ``num_batches * rollout_use_count`` batches; an epoch is
-    ``rollouts_per_epoch`` rollouts' worth. A rollout is collected only when the first of its
+    Each rollout gives ``batches_per_rollout = num_batches * rollout_use_count`` batches (VPG: its envs
+    split into ``num_batches`` batches of whole trajectories, each yielded ``rollout_use_count`` times); an
+    epoch is ``rollouts_per_epoch`` rollouts' worth. A rollout is collected only when the first of its
     batches is requested, with the policy's weights at that moment. The dataset has a length, so
     Lightning does not prefetch: the rollout used by training step k is generated by the weights
-    after update k - 1.
+    after update k - 1. ``collection`` holds the newest rollout and the position of the newest batch in it.
+
+    The module checks the hyper-parameters; a source built directly takes any positive counts (batches
+    are split as evenly as ``torch.tensor_split`` does).
 
     Args:
         envs: the vector env (on the policy's device).
@@ -151,6 +233,9 @@ class RolloutSource(EnvSource):
         env_steps: env steps already taken (a resumed run).
     """
 
+    #: Whether the rollout keeps every step's ``info["final_observation"]`` (a critic bootstraps from it).
+    keeps_final_observations = False
+
     def __init__(
         self,
         envs: VectorEnv,
@@ -165,72 +250,78 @@ class RolloutSource(EnvSource):
         env_steps: int = 0,
     ):
         super().__init__(envs, seed=seed, world_size=world_size, env_steps=env_steps)
-        check_int("num_steps", num_steps, 1)
-        check_int("num_batches", num_batches, 1)
-        if envs.num_envs % num_batches != 0:
-            raise ValueError(f"num_batches ({num_batches}) must divide num_envs ({envs.num_envs}) so batches are equal")
         self.policy = policy
         self.rollout = Rollout(num_steps)
         self.num_steps = num_steps
         self.num_batches = num_batches
-        self.rollout_use_count = check_int("rollout_use_count", rollout_use_count, 1)
-        self.rollouts_per_epoch = check_int("rollouts_per_epoch", rollouts_per_epoch, 1)
-        self.full_reset = check_bool("full_reset", full_reset)
+        self.rollout_use_count = rollout_use_count
+        self.rollouts_per_epoch = rollouts_per_epoch
+        self.full_reset = full_reset
         #: Number of rollouts collected so far.
         self.num_rollouts = 0
-        #: Index of the newest batch among its rollout's ``num_batches * rollout_use_count`` (0: the
-        #: first batch of a rollout just collected).
-        self.batch_in_rollout = -1
-        #: The most recent rollout, stacked.
-        self.last_rollout: RolloutTensors | None = None
-        #: Seconds spent collecting the most recent rollout.
-        self.last_collect_seconds = math.nan
+        #: The newest rollout and where training is in it (None before the first).
+        self.collection: RolloutCollection | None = None
+        # Whether the obs to act on next starts an episode (a recurrent policy zeroes its state there).
+        self._episode_start = torch.ones(envs.num_envs, dtype=torch.bool, device=self.device)
 
     def __len__(self) -> int:
-        return self.rollouts_per_epoch * self.num_batches * self.rollout_use_count
+        return self.rollouts_per_epoch * self.batches_per_rollout
 
     @property
     def batches_per_rollout(self) -> int:
         return self.num_batches * self.rollout_use_count
 
+    def reset_envs(self) -> Tensor:
+        self._episode_start = torch.ones_like(self._episode_start)
+        return super().reset_envs()
+
     def state_dict(self) -> dict[str, Any]:
-        # Mid-rollout (a checkpoint between two of its batches) the rollout is saved too.
-        mid_rollout = 0 <= self.batch_in_rollout < self.batches_per_rollout - 1
+        # Mid-rollout (a checkpoint between two of its batches) the collection is saved too.
+        collection = self.collection
+        mid_rollout = collection is not None and 0 <= collection.position < self.batches_per_rollout - 1
         return {
             **super().state_dict(),
             "num_rollouts": self.num_rollouts,
-            "batch_in_rollout": self.batch_in_rollout,
-            # A plain dict: checkpoints load with torch.load(weights_only=True), which knows no NamedTuple.
-            "rollout": {name: plain(field) for name, field in self.last_rollout._asdict().items()}
-            if mid_rollout
-            else None,
+            "episode_start": self._episode_start.clone(),
+            "collection": collection.state_dict() if mid_rollout else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "collection" not in state:
+            state = _state_before_the_rollout_record(state, self._episode_start)
         super().load_state_dict(state)
         self.num_rollouts = state["num_rollouts"]
-        self.batch_in_rollout = state["batch_in_rollout"]
-        rollout = state["rollout"]
-        if rollout is not None:
-            rollout = RolloutTensors(**{name: as_tree(tensor).to(self.device) for name, tensor in rollout.items()})
-        self.last_rollout = rollout
-        if self.last_rollout is None:
-            self.batch_in_rollout = -1  # the next batch starts a new rollout
+        self._episode_start = state["episode_start"].to(self.device)
+        collection = state["collection"]
+        self.collection = None if collection is None else RolloutCollection.from_state_dict(collection, self.device)
 
-    def next_batch(self) -> RolloutTensors:
-        if self.last_rollout is None or self.batch_in_rollout + 1 >= self.batches_per_rollout:
-            self.collect()
-            self.batch_in_rollout = 0
-        else:
-            self.batch_in_rollout += 1
-        batch_size = self.envs.num_envs // self.num_batches
-        index = self.batch_in_rollout % self.num_batches
-        return RolloutTensors(*(field[index * batch_size : (index + 1) * batch_size] for field in self.last_rollout))
+    def next_batch(self) -> Any:
+        collection = self.collection
+        if collection is None or collection.position + 1 >= self.batches_per_rollout:
+            collection = self.collect()
+        collection.position += 1
+        return self._batch(collection)
 
-    def collect(self) -> RolloutTensors:
+    def _batch(self, collection: RolloutCollection) -> RolloutTensors:
+        """The training batch at ``collection.position``: a slice of envs (views)."""
+        # Batch i of k over n envs, as torch.tensor_split cuts them (equal where k divides n).
+        index = collection.position % self.num_batches
+        size, larger = divmod(self.envs.num_envs, self.num_batches)
+        start = index * size + min(index, larger)
+        return collection.rollout.select_envs(slice(start, start + size + (index < larger)))
+
+    def collect(self) -> RolloutCollection:
+        """Collect a rollout with the current policy and prepare it for training: the new ``collection``."""
+        self.collection = self._prepare(self._collect_rollout())
+        return self.collection
+
+    def _prepare(self, rollout: RolloutTensors) -> RolloutCollection:
+        """What training needs of a rollout (VPG: the rollout itself)."""
+        return RolloutCollection(rollout)
+
+    def _collect_rollout(self) -> RolloutTensors:
         """Step every env ``num_steps`` times with actions sampled from the current policy."""
         snapshot = self.rollout_snapshot()
-        start = time.perf_counter()
         self.env_steps_before_batch = self.env_steps
         try:
             self._play()
@@ -243,26 +334,48 @@ class RolloutSource(EnvSource):
         # can feed through the policy with autograd.
         rollout = self.rollout.get()
         self.episodes.update(rollout.rewards, rollout.dones)  # once per rollout, not per step
-        self.last_rollout = rollout
-        self.last_collect_seconds = time.perf_counter() - start
         return rollout
 
     @torch.inference_mode()  # ~15% less per-op overhead than no_grad for these tiny ops
     def _play(self) -> None:
+        """The one collection loop of every on-policy source: ``num_steps`` steps into ``self.rollout``."""
         obs = self.reset_envs() if self.full_reset else self.obs
+        episode_start = self._episode_start
         self.rollout.reset()
+        act, step, add_step = self._act, self.envs.step, self.rollout.add_step
+        keep_final = self.keeps_final_observations
         was_training = self.policy.training
         self.policy.eval()
-        sample, step, add_step, generator = self.policy.sample, self.envs.step, self.rollout.add_step, self.generator
         try:
             for t in range(self.num_steps):
-                actions, logprobs = sample(obs, generator)
-                next_obs, rewards, terminated, truncated, _ = step(actions)
-                # An episode boundary is either flag: the env auto-reset on both.
-                add_step(obs, actions, logprobs, rewards, terminated | truncated)
-                obs = next_obs
+                actions, logprobs, values = act(obs, episode_start)
+                next_obs, rewards, terminated, truncated, info = step(actions)
+                final_obs = info["final_observation"] if keep_final else None
+                add_step(obs, actions, logprobs, rewards, terminated, truncated, values, final_obs)
+                # The envs auto-reset on either flag: the next obs starts an episode.
+                obs, episode_start = next_obs, terminated | truncated
                 if self.stop_requested_in_rollout(t):
                     raise SIGTERMException()
         finally:
             self.policy.train(was_training)
-        self._obs = obs
+        self._obs, self._episode_start = obs, episode_start
+
+    def _act(self, obs: Tensor, episode_start: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        """One step of the policy on ``obs``: actions, their log-probabilities and the values (None without
+        a critic). ``episode_start`` ``(num_envs,)`` says which obs start an episode."""
+        actions, logprobs = self.policy.sample(obs, self.generator)
+        return actions, logprobs, None
+
+
+def _state_before_the_rollout_record(state: dict[str, Any], episode_start: Tensor) -> dict[str, Any]:
+    """A source state saved before the rollout record (``rollout`` / ``entries`` in place of
+    ``collection``) in today's layout; one saved in the middle of a rollout cannot be resumed."""
+    if state.get("rollout") is not None or state.get("entries") is not None:
+        raise ValueError(
+            "this checkpoint was saved in the middle of a rollout by an earlier rl_lightning, whose pending "
+            "batches this version cannot read: resume from a checkpoint saved at the end of an epoch, or load "
+            "only the weights (load_from_checkpoint)"
+        )
+    # "starts" (actor-critics) meant what episode_start means; VPG kept none (and needs none).
+    starts = state.get("starts", torch.ones_like(episode_start))
+    return {**state, "episode_start": starts, "collection": None}

@@ -21,7 +21,7 @@ STOP_CHECK_EVERY = 64
 
 
 class EnvSource(IterableDataset):
-    """Base of the data sources (``RolloutSource``, ``ActorCriticSource``, ``ReplaySource``): a torch
+    """Base of the data sources (``RolloutSource`` and its actor-critics, ``ReplaySource``): a torch
     ``IterableDataset`` that steps ``envs`` itself and has a length (items per epoch), so Lightning
     never prefetches. Subclasses implement ``next_batch``.
 
@@ -56,10 +56,11 @@ class EnvSource(IterableDataset):
 
     def configure_run(self, seed: int, world_size: int, env_steps: int) -> None:
         """Set what the run decides, not the algorithm (``RLModule`` calls it on the source
-        ``make_source`` returned): the generator's seed, the processes and the env steps already taken."""
-        self.generator.manual_seed(check_seed("seed", seed))
-        self.world_size = check_int("world_size", world_size, 1)
-        self.env_steps = self.env_steps_before_batch = check_int("env_steps", env_steps, 0)
+        ``make_source`` returned, with values it checked): the generator's seed, the processes and the
+        env steps already taken."""
+        self.generator.manual_seed(seed)
+        self.world_size = world_size
+        self.env_steps = self.env_steps_before_batch = env_steps
 
     def __len__(self) -> int:
         raise NotImplementedError

@@ -9,6 +9,7 @@ from probe_settings import GAMMA
 from rl_lightning import PPOModule
 from rl_lightning.callbacks import Evaluation
 from rl_lightning.data.actor_critic import ActorCriticSource, PPOBatch, shuffled_minibatches
+from rl_lightning.data.normalization import ObservationNormalizer
 from rl_lightning.envs import CartPole, make_envs
 from rl_lightning.nets import ActorCritic
 
@@ -36,27 +37,35 @@ def _source(env_id="Probe3-v0", num_envs=4, num_steps=6, **kwargs):
     return ActorCriticSource(envs, model, num_steps=num_steps, update_epochs=2, num_minibatches=3, seed=0, **kwargs)
 
 
-def test_the_rollout_has_the_seeds_layout_values_dones_and_obs_one_step_longer():
+def test_the_rollout_is_per_step_with_values_next_values_and_one_meaning_of_done():
     source = _source()
-    rollout = source.collect()
-    assert rollout.obs.shape == (4, 7, 1) and rollout.values.shape == rollout.dones.shape == (4, 7)
-    assert rollout.rewards.shape == rollout.logprobs.shape == rollout.terminated.shape == (4, 6)
-    # Probe3: obs 0, 1, 0, 1, ... two-step episodes; dones[:, t] = obs t starts an episode
-    assert rollout.obs[0, :, 0].tolist() == [0, 1, 0, 1, 0, 1, 0]
-    assert rollout.dones[0].tolist() == [True, False, True, False, True, False, True]
-    assert torch.equal(rollout.terminated, rollout.dones[:, 1:])
+    collection = source.collect()
+    rollout = collection.rollout
+    assert rollout.obs.shape == (4, 6, 1) and collection.advantages.shape == (4, 6)
+    for field in ("actions", "logprobs", "rewards", "terminated", "truncated", "values", "next_values"):
+        assert getattr(rollout, field).shape == (4, 6), field
+    # Probe3: obs 0, 1, 0, 1, ... two-step episodes that terminate; dones[:, t] = step t ended one
+    assert rollout.obs[0, :, 0].tolist() == [0, 1, 0, 1, 0, 1]
+    assert rollout.dones[0].tolist() == [False, True, False, True, False, True]
+    assert torch.equal(rollout.terminated, rollout.dones) and not rollout.truncated.any()
     with torch.no_grad():
         torch.testing.assert_close(rollout.values, source.model.value(rollout.obs))
-    # the next rollout continues where this one stopped: its first obs starts an episode
-    assert source.collect().dones[:, 0].all() and source.env_steps == 2 * 4 * 6
+        # inside an episode next_values is V(obs t + 1); where it ended, V of the final observation (obs 1)
+        torch.testing.assert_close(rollout.next_values[:, 0], rollout.values[:, 1])
+        torch.testing.assert_close(rollout.next_values[:, 1], source.model.value(torch.ones(4, 1)))
+    # the next rollout continues where this one stopped: a fresh episode, obs 0
+    assert source.collect().rollout.obs[:, 0, 0].eq(0).all() and source.env_steps == 2 * 4 * 6
 
 
 def test_the_source_yields_update_epochs_times_num_minibatches_batches_of_every_entry():
     source = _source()
-    batches = list(source)
+    batches = []
+    for _ in range(len(source)):
+        batches.append(source.next_batch())
+        assert source.collection.position == len(batches) - 1
     assert len(source) == len(batches) == 6 and source.num_rollouts == 1
     assert all(isinstance(batch, PPOBatch) and batch.obs.shape == (8, 1) for batch in batches)
-    rollout = source.last_rollout
+    rollout = source.collection.rollout
     first_pass = torch.cat([batch.logprobs for batch in batches[:3]])
     assert sorted(first_pass.tolist()) == sorted(rollout.logprobs.flatten().tolist())
     for batch in batches:
@@ -67,27 +76,35 @@ def test_truncated_episodes_bootstrap_from_the_value_of_the_final_observation():
     envs = CartPole(3, seed=0, max_episode_steps=4)  # every episode is truncated after 4 steps
     model = ActorCritic(envs.single_observation_space, envs.single_action_space, hidden_sizes=(8,))
     source = ActorCriticSource(envs, model, num_steps=6, num_minibatches=1, gamma=0.9, gae_lambda=1.0, seed=0)
-    rollout = source.collect()
-    assert rollout.dones[:, 4].all() and not rollout.terminated.any()
+    collection = source.collect()
+    rollout, advantages = collection.rollout, collection.advantages
+    assert rollout.truncated[:, 3].all() and not rollout.terminated.any()
+    ends = rollout.truncated
+    # the final observations, as the envs reported them, valued by the critic: the bootstrap of a truncation
     with torch.no_grad():
-        # the value of each env's final observation before the reset at step 3
-        final_obs = envs.state  # not it: the envs moved on; recompute from the rollout instead
-        del final_obs
-    advantages = next(iter(source)).advantages
-    rollout = source.last_rollout
-    values, final_values, rewards = rollout.values, rollout.final_values, rollout.rewards
-    # Step 3 ends the first episode of every env (4 steps from the start of the rollout? the
-    # second rollout starts mid-episode), so check the recursion at every truncation directly.
-    from rl_lightning.losses import compute_gae
-
-    advantages = compute_gae(
-        rewards, values, rollout.dones, 0.9, 1.0, terminated=rollout.terminated, final_values=final_values
-    )
-    ends = rollout.dones[:, 1:]
-    assert ends.any()
-    expected_at_end = rewards[ends] + 0.9 * final_values[ends] - values[:, :-1][ends]
+        final_values = model.value(source.rollout.final_observations())
+    torch.testing.assert_close(rollout.next_values[ends], final_values[ends])
+    assert not torch.allclose(rollout.next_values[:, 3], rollout.values[:, 4])  # not the next episode's start
+    # the trace is cut there and the bootstrap kept: A_3 = r_3 + 0.9 V(final obs) - V(s_3)
+    expected_at_end = rollout.rewards[ends] + 0.9 * final_values[ends] - rollout.values[ends]
     torch.testing.assert_close(advantages[ends], expected_at_end)
-    assert not torch.allclose(final_values[ends], values[:, 1:][ends])  # not the next episode's start
+    # inside an episode (lambda 1): A_t = r_t + 0.9 A_{t+1} + 0.9 V(s_{t+1}) - V(s_t)
+    inside = rollout.rewards[:, 2] + 0.9 * (advantages[:, 3] + rollout.values[:, 3]) - rollout.values[:, 2]
+    torch.testing.assert_close(advantages[:, 2], inside)
+
+
+def test_normalised_observations_train_and_act_while_the_rollout_keeps_the_raw_ones():
+    source = _source(obs_normalizer=ObservationNormalizer((1,)))
+    source.obs_normalizer.stats.mean.fill_(0.5)
+    source.obs_normalizer.stats.var.fill_(0.25)
+    collection = source.collect()
+    raw = collection.rollout.obs
+    assert raw[0, :, 0].tolist() == [0, 1, 0, 1, 0, 1]  # what the envs gave
+    torch.testing.assert_close(collection.training_obs, (raw - 0.5) / (0.25 + 1e-8) ** 0.5)  # what the policy saw
+    with torch.no_grad():
+        torch.testing.assert_close(collection.rollout.values, source.model.value(collection.training_obs))
+    assert source.obs_normalizer.stats.count.item() == pytest.approx(24 + 1e-4)  # updated after the rollout
+    assert torch.equal(next(iter(source)).obs.abs(), torch.ones(8, 1))  # minibatches of normalised obs
 
 
 def test_recorded_logprobs_belong_to_the_weights_after_the_previous_rollouts_last_update():

@@ -20,19 +20,26 @@ def _trainer(**kwargs) -> L.Trainer:
     return L.Trainer(**{**defaults, **kwargs})
 
 
-def test_the_rollout_stores_the_state_at_every_step_and_minibatches_are_whole_env_sequences():
+def test_the_rollout_carries_the_state_and_minibatches_are_whole_env_sequences_from_their_initial_state():
     envs = make_envs("MemoryProbe-v0", 8, seed=0)
     model = RecurrentActorCritic(envs.single_observation_space, envs.single_action_space, core_size=16)
     source = RecurrentActorCriticSource(envs, model, num_steps=10, num_minibatches=4, seed=0)
     batch = source.next_batch()
     assert isinstance(batch, RecurrentPPOBatch)
     assert batch.obs.shape == (2, 10, 2) and batch.actions.shape == (2, 10) and batch.states.shape == (2, 2, 16)
-    assert source.last_states.shape == (8, 11, 2, 16)  # one step longer than the rewards
-    assert torch.equal(source.last_states[:, 0], torch.zeros(8, 2, 16))  # fresh envs start from zeros
-    # the live state is the one after the rollout's last step, carried into the next rollout
-    assert torch.equal(source.state, source.last_states[:, -1].transpose(0, 1))
+    collection = source.collection
+    assert torch.equal(collection.initial_state, torch.zeros(2, 8, 16))  # fresh envs start from zeros
     # MemoryProbe episodes are 5 steps: the state is zeroed where the next one starts
     assert batch.episode_starts[:, [0, 5]].all() and not batch.episode_starts[:, [1, 2, 3, 4]].any()
+    assert torch.equal(collection.episode_starts[:, 1:], collection.rollout.dones[:, :-1])
+    # the live state is the one after the rollout's last step, carried into the next rollout: replaying the
+    # sequences from the initial state with the episode starts reaches it
+    with torch.no_grad():
+        _, final_state = model.unroll(collection.rollout.obs, collection.initial_state, collection.episode_starts)
+    torch.testing.assert_close(source.state, final_state)
+    live = source.state.clone()
+    source.collect()
+    assert torch.equal(source.collection.initial_state, live)
 
 
 def test_replayed_sequences_give_the_recorded_logprobs_at_the_first_update():
@@ -45,7 +52,7 @@ def test_replayed_sequences_give_the_recorded_logprobs_at_the_first_update():
             self.gaps: list[float] = []
 
         def training_step(self, batch, batch_idx):
-            if self.source.minibatch_in_rollout == 0:
+            if self.source.collection.position == 0:
                 with torch.no_grad():
                     logprobs, _, values = self.model.evaluate(
                         batch.obs, batch.actions, batch.states, batch.episode_starts

@@ -107,7 +107,7 @@ def test_a_checkpoint_in_the_middle_of_a_rollout_resumes_exactly(tmp_path, algo)
     checkpoint = torch.load(tmp_path / "split" / "checkpoints" / "last.ckpt", weights_only=False)
     source_state = checkpoint["rl_lightning"]["sources"][0]
     assert checkpoint["global_step"] == 6
-    assert (source_state.get("entries") or source_state.get("rollout")) is not None  # mid-rollout data saved
+    assert source_state["collection"]["position"] == 1  # mid-rollout: the pending batches are saved
     resumed = fit(tmp_path / "split", 14, ckpt_path=tmp_path / "split" / "checkpoints" / "last.ckpt")
     assert resumed.env_steps == straight.env_steps
     _assert_same_weights(resumed.state_dict(), straight.state_dict())
