@@ -430,13 +430,9 @@ class RLModule(L.LightningModule):
             "algorithm": self.algorithm_name(),
             "env_id": self.hparams.env_id,
             "env_steps": self.env_steps,
-            "sources": self._gather(state) if self.source is not None else None,
+            "sources": gather_over_ranks(state, self.world_size) if self.source is not None else None,
             **self.extra_checkpoint_state(),
         }
-
-    def _gather(self, state: Any) -> list[Any]:
-        """Every rank's ``state``, indexed by rank (every rank calls this: ``gather_over_ranks``)."""
-        return gather_over_ranks(state, self.world_size)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.check_checkpoint(checkpoint)

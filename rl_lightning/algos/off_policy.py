@@ -28,6 +28,7 @@ from torch import Tensor
 
 from rl_lightning._checks import check_bool, check_int
 from rl_lightning.algos.base import RLModule
+from rl_lightning.checkpoints import gather_over_ranks
 from rl_lightning.data.replay import ReplayBufferSamples, ReplaySource, check_buffer_settings
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.seeding import derive_seed
@@ -188,7 +189,8 @@ class OffPolicyModule(RLModule):
     def extra_checkpoint_state(self) -> dict[str, Any]:
         generator = self._update_generator
         # Every rank's stream (Lightning writes rank 0's checkpoint; each rank restores its own).
-        return {"update_generators": self._gather(None if generator is None else generator.get_state())}
+        state = None if generator is None else generator.get_state()
+        return {"update_generators": gather_over_ranks(state, self.world_size)}
 
     def load_extra_checkpoint_state(self, state: dict[str, Any]) -> None:
         states = state.get("update_generators") or []
