@@ -197,6 +197,7 @@ def test_max_episode_steps_is_configurable_and_validated():
         assert not env.step(torch.tensor([0, 1]))[3].any()
     _hold_still(env)
     assert env.step(torch.tensor([0, 1]))[3].all()
+    assert CartPole(2).max_episode_steps == gym.spec("CartPole-v1").max_episode_steps == 500
     with pytest.raises(ValueError, match="max_episode_steps"):
         CartPole(2, max_episode_steps=0)
     with pytest.raises(TypeError, match="max_episode_steps"):

@@ -659,6 +659,13 @@ def test_spaces_equal_gymnasium(env_id):
         assert genv.observation_space.contains(row)
 
 
+@pytest.mark.parametrize("env_id", list(ENV_CLASSES))
+def test_the_default_time_limit_is_gymnasiums(env_id):
+    assert ENV_CLASSES[env_id](2).max_episode_steps == gym.spec(env_id).max_episode_steps
+    assert ENV_CLASSES[env_id](2, max_episode_steps=None).max_episode_steps == gym.spec(env_id).max_episode_steps
+    assert ENV_CLASSES[env_id](2, max_episode_steps=7).max_episode_steps == 7
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("env_id", list(ENV_CLASSES))
 def test_state_dict_round_trip_continues_exactly(env_id, dtype):
