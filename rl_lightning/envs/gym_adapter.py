@@ -27,7 +27,7 @@ from torch import Tensor
 
 from rl_lightning._checks import check_bool, check_choice, check_int, check_seed, check_str
 from rl_lightning.envs.base import VectorEnv
-from rl_lightning.envs.render import draw_cartpole
+from rl_lightning.envs.cartpole import draw_cartpole
 from rl_lightning.envs.spaces import (
     ACTION_MASK_KEY,
     OBSERVATION_KEY,
@@ -543,7 +543,7 @@ def _declared_render_modes(spec: EnvSpec) -> list[str] | None:
 
 class CartPolePixelsEnv(gym.ObservationWrapper):
     """gymnasium's CartPole-v1 seen as pixels: the observation is an RGB uint8 ``(height, width, 3)``
-    frame of the state, drawn by :func:`~rl_lightning.envs.render.draw_cartpole` (no pygame).
+    frame of the state, drawn by :func:`~rl_lightning.envs.cartpole.draw_cartpole` (no pygame).
 
     Registered as ``rl_lightning/CartPolePixels-v1`` (with the 500-step time limit).
     ``render_mode="rgb_array"`` renders the latest observation.

@@ -4,7 +4,6 @@ with torch alone. Each env's scene (its label maps and palette) lives next to th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -66,12 +65,3 @@ def rectangle(
 def disc(x: Tensor, y: Tensor, centre_x: Tensor | float, centre_y: Tensor | float, radius: float) -> Tensor:
     """Which points ``(x, y)`` lie within ``radius`` of the centre (broadcasting like ``rectangle``)."""
     return (x - centre_x).square() + (y - centre_y).square() <= radius**2
-
-
-def __getattr__(name: str) -> Any:
-    # CartPole's scene moved next to the env; the adapter's CartPolePixels still imports it from here.
-    if name == "draw_cartpole":
-        from rl_lightning.envs.cartpole import draw_cartpole
-
-        return draw_cartpole
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,9 +9,9 @@ import torch
 
 from rl_lightning.envs import CartPole, GymnasiumVectorEnv, make_envs, registered_env_ids
 from rl_lightning.envs.base import resolve_device
+from rl_lightning.envs.cartpole import draw_cartpole
 from rl_lightning.envs.gym_adapter import CARTPOLE_PIXELS_ID
 from rl_lightning.envs.registry import is_native_env_id
-from rl_lightning.envs.render import draw_cartpole
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 NUM_ENVS = 4
