@@ -16,11 +16,10 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
 from rl_lightning import algos
 from rl_lightning.checkpoints import CHECKPOINT_KEY, load_checkpoint_file
 from rl_lightning.envs.registry import is_native_env_id, make_envs
+from rl_lightning.playing import play_greedy
 from rl_lightning.video import encode_mp4
 
 
@@ -34,7 +33,6 @@ def load_module(ckpt_path: str, env_id: str | None = None):
     return classes[algorithm].load_from_checkpoint(ckpt_path, map_location="cpu", **overrides).eval()
 
 
-@torch.no_grad()
 def play(module, episodes: int, seed: int, backend: str, video: Path | None, max_steps: int) -> list[float]:
     """Run ``episodes`` greedy episodes one after another (one env copy); returns their returns."""
     env_id = module.hparams.env_id
@@ -52,24 +50,18 @@ def play(module, episodes: int, seed: int, backend: str, video: Path | None, max
     envs = make_envs(env_id, 1, seed=seed, backend=backend, **options)
     if video is not None and not (envs.can_draw or envs.can_render):
         raise ValueError(f"{env_id} can neither draw its observations nor render: no video")
-    returns, frames, capped = [], [], 0
-    obs, _ = envs.reset()
-    actor = module.greedy_actor()  # carries a recurrent policy's state
-    for _ in range(episodes):
-        total, steps, done = 0.0, 0, False
-        while not done and steps < max_steps:
-            if video is not None:
-                frames.append((envs.draw(obs[0]) if envs.can_draw else envs.render()[0]).numpy())
-            next_obs, reward, terminated, truncated, _ = envs.step(actor(obs, torch.tensor([steps == 0])))
-            total += float(reward[0])
-            steps += 1
-            done = bool(terminated[0] or truncated[0])
-            obs = next_obs
-        if not done:  # cut at --max_episode_steps: the next episode starts from a reset
-            capped += 1
-            obs, _ = envs.reset()
-        returns.append(total)
-    envs.close()
+
+    def first_env_frame(obs):  # before each step: drawn from its observation, or rendered by gymnasium
+        return (envs.draw(obs[0]) if envs.can_draw else envs.render()[0]).numpy()
+
+    frame = first_env_frame if video is not None else None
+    try:  # a cut episode is followed by a reset: the next one starts fresh
+        played = play_greedy(
+            module.greedy_actor(), envs, episodes_per_env=episodes, max_episode_steps=max_steps, frame=frame
+        )
+    finally:
+        envs.close()
+    returns, capped = played.returns[0].tolist(), int(played.cut.sum())
     if capped:
         print(
             f"warning: {capped} of {episodes} episodes did not end within --max_episode_steps {max_steps} "
@@ -78,7 +70,7 @@ def play(module, episodes: int, seed: int, backend: str, video: Path | None, max
         )
     if video is not None:
         video.parent.mkdir(parents=True, exist_ok=True)
-        video.write_bytes(encode_mp4(frames, envs.render_fps))
+        video.write_bytes(encode_mp4(played.frames, envs.render_fps))
     return returns
 
 

@@ -26,6 +26,7 @@ from rl_lightning.envs.spaces import (
     flat_values,
     is_structured,
 )
+from rl_lightning.playing import play_greedy
 from rl_lightning.protocols import RLModuleProtocol, require
 
 
@@ -77,39 +78,26 @@ def evaluate_policy(
     if max_episode_steps is not None:
         check_int("max_episode_steps", max_episode_steps, 1)
     act = _greedy(policy)
-    if isinstance(env, gym.Env):
-        if max_episode_steps is None:  # one past the env's own limit: it ends the episode first
-            spec_limit = env.spec.max_episode_steps if env.spec is not None else None
-            max_episode_steps = spec_limit + 1 if spec_limit else NO_TIME_LIMIT_EVAL_STEPS
-        result, cut = _evaluate_gymnasium(act, env, check_int("num_episodes", num_episodes, 1), seed, max_episode_steps)
-        _warn_if_cut(cut, max_episode_steps)
-        return result
-    if isinstance(env, VectorEnv):
-        envs = env
-        obs, _ = envs.reset(seed=seed)
-    elif isinstance(env, str):
+    if isinstance(env, gym.Env):  # episodes one after another, seeded once
+        num_episodes = check_int("num_episodes", num_episodes, 1)
+        envs, reset_seed = _OneGymnasiumEnv(env, num_episodes), seed
+    elif isinstance(env, VectorEnv):  # one episode per copy
+        envs, reset_seed, num_episodes = env, seed, 1
+    elif isinstance(env, str):  # a fresh instance, seeded when built
         envs = make_envs(env, check_int("num_episodes", num_episodes, 1), seed=seed, device=device)
-        obs, _ = envs.reset()
+        reset_seed, num_episodes = None, 1
     else:
         raise TypeError(f"env must be an env id, a VectorEnv or a gymnasium Env, got {type(env).__name__}")
-    if max_episode_steps is None:
+    if max_episode_steps is None:  # one past the env's own limit: it ends the episode first
         limit = getattr(envs, "max_episode_steps", None)
         max_episode_steps = limit + 1 if isinstance(limit, int) and limit > 0 else NO_TIME_LIMIT_EVAL_STEPS
-    num_episodes = envs.num_envs
-    returns = torch.zeros(num_episodes, device=envs.device)
-    lengths = torch.zeros(num_episodes, device=envs.device)
-    running = torch.ones(num_episodes, dtype=torch.bool, device=envs.device)
-    starts = torch.ones(num_episodes, dtype=torch.bool, device=envs.device)
-    for _ in range(max_episode_steps):
-        obs, rewards, terminated, truncated, _ = envs.step(torch.as_tensor(act(obs, starts), device=envs.device))
-        starts = terminated | truncated
-        returns += rewards * running
-        lengths += running
-        running &= ~(terminated | truncated)
-        if not running.any():
-            break
-    _warn_if_cut(int(running.sum()), max_episode_steps)
-    return EvalResult(returns, lengths)
+    try:
+        played = play_greedy(act, envs, reset_seed, episodes_per_env=num_episodes, max_episode_steps=max_episode_steps)
+    finally:
+        if isinstance(env, str):
+            envs.close()
+    _warn_if_cut(int(played.cut.sum()), max_episode_steps)
+    return EvalResult(played.returns.flatten(), played.lengths.flatten())
 
 
 def _warn_if_cut(cut: int, max_episode_steps: int) -> None:
@@ -154,30 +142,37 @@ def _as_adapter_observation(space: gym.Space, obs: Any, info: dict[str, Any]) ->
     return batch
 
 
-def _evaluate_gymnasium(
-    act: Callable, env: gym.Env, num_episodes: int, seed: int, max_episode_steps: int
-) -> tuple[EvalResult, int]:
-    """Episodes one after another on a single gymnasium env (seeded once, then continuing its RNG);
-    also how many were cut at ``max_episode_steps``."""
-    returns, lengths, cut = torch.zeros(num_episodes), torch.zeros(num_episodes), 0
-    for episode in range(num_episodes):
-        obs, info = env.reset(seed=seed if episode == 0 else None)
-        for step in range(max_episode_steps):
-            batch = _as_adapter_observation(env.observation_space, obs, info)
-            action = act(batch, torch.tensor([step == 0]))
-            action = torch.as_tensor(action).squeeze(0).cpu().numpy()
-            obs, reward, terminated, truncated, info = env.step(action.item() if action.ndim == 0 else action)
-            returns[episode] += float(reward)
-            lengths[episode] += 1
-            if terminated or truncated:
-                break
+class _OneGymnasiumEnv:
+    """A single gymnasium env as a vector env of one copy for :func:`play_greedy`: observations in the
+    adapter's form, tensors on the CPU, and the next episode started (``env.reset()``) when one ends,
+    as long as episodes are left, so the env is reset exactly once per episode played."""
+
+    num_envs = 1
+    device = torch.device("cpu")
+
+    def __init__(self, env: gym.Env, num_episodes: int):
+        self.env = env
+        self.episodes_left = num_episodes
+        self.max_episode_steps = env.spec.max_episode_steps if env.spec is not None else None
+
+    def reset(self, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+        self.episodes_left -= 1
+        obs, info = self.env.reset(seed=seed)
+        return _as_adapter_observation(self.env.observation_space, obs, info), {}
+
+    def step(self, actions: Tensor) -> tuple[Any, Tensor, Tensor, Tensor, dict[str, Any]]:
+        action = actions.squeeze(0).cpu().numpy()
+        obs, reward, terminated, truncated, info = self.env.step(action.item() if action.ndim == 0 else action)
+        if (terminated or truncated) and self.episodes_left > 0:
+            obs, _ = self.reset()
         else:
-            cut += 1
-    return EvalResult(returns, lengths), cut
+            obs = _as_adapter_observation(self.env.observation_space, obs, info)
+        flags = torch.tensor([bool(terminated)]), torch.tensor([bool(truncated)])
+        return obs, torch.tensor([float(reward)]), *flags, {}
 
 
 class Evaluation(L.Callback):
-    """Evaluate the greedy policy (``pl_module.act(obs, greedy=True)``) every
+    """Evaluate the greedy policy (``pl_module.greedy_actor()``) every
     ``every_n_env_steps`` environment steps (checked at the end of each training epoch, first
     at the end of epoch 0) and once more when training ends.
 

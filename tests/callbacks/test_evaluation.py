@@ -102,3 +102,22 @@ def test_evaluate_policy_is_a_top_level_name_and_gives_mean_and_std_as_sb3_does(
     assert result.mean == 0.0 and result.std == 1.0  # the returns' std over the episodes (numpy's, SB3's)
     returns, lengths = result  # still the per-episode tensors when unpacked
     assert returns is result.returns and lengths.tolist() == [1.0] * 4
+
+
+def test_a_gymnasium_env_is_reset_once_per_episode_and_seeded_once():
+    import gymnasium as gym
+
+    seeds = []
+
+    class CountResets(gym.Wrapper):
+        def reset(self, **kwargs):
+            seeds.append(kwargs.get("seed"))
+            return self.env.reset(**kwargs)
+
+    push_left = lambda obs: torch.zeros(obs.shape[0], dtype=torch.int64)  # noqa: E731
+    result = evaluate_policy(push_left, CountResets(gym.make("CartPole-v1")), num_episodes=3, seed=4)
+    assert seeds == [4, None, None] and (result.lengths < 20).all()  # no reset after the last one
+    seeds.clear()
+    with pytest.warns(UserWarning, match="cut at max_episode_steps=5"):
+        result = evaluate_policy(push_left, CountResets(gym.make("CartPole-v1")), 3, seed=4, max_episode_steps=5)
+    assert seeds == [4, None, None] and result.lengths.tolist() == [5.0] * 3
