@@ -43,8 +43,9 @@ class RLModuleProtocol(Protocol):
         """A callable ``actor(obs, episode_start=None) -> actions`` for the greedy policy (it carries a
         recurrent policy's state)."""
 
-    def make_envs(self, num_envs: int, seed: int) -> VectorEnv:
-        """A fresh instance of the module's env on its device (evaluation, videos)."""
+    def make_envs(self, num_envs: int, seed: int, render: bool = False) -> VectorEnv:
+        """A fresh instance of the module's env on its device (evaluation, videos); ``render``: one
+        able to ``render()`` its frames (a gymnasium env; a native one draws any observation)."""
 
     def latest_rollout(self) -> RolloutTensors | None:
         """The newest on-policy rollout of the training envs, if the algorithm has one."""

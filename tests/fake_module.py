@@ -30,10 +30,10 @@ class FakeModule:
     def greedy_actor(self):
         return lambda obs, episode_start=None: self.act(obs, greedy=True)
 
-    def make_envs(self, num_envs, seed):
+    def make_envs(self, num_envs, seed, render=False):
         from rl_lightning import make_envs
 
-        return make_envs(self.hparams.env_id, num_envs, seed=seed)
+        return make_envs(self.hparams.env_id, num_envs, seed=seed)  # a native probe: it draws, render or not
 
     def latest_rollout(self):
         return None

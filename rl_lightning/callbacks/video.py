@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import threading
 import time
 import warnings
@@ -22,7 +23,7 @@ from PIL import Image
 from torch import Tensor, nn
 
 from rl_lightning._checks import check_int, check_seed
-from rl_lightning.data.rollout import first_episode_stats
+from rl_lightning.playing import play_greedy
 from rl_lightning.protocols import RLModuleProtocol, require
 from rl_lightning.video import encode_mp4, iter_grid_frames, video_summary, write_summary
 
@@ -32,7 +33,6 @@ _CAPTION = (
 )
 
 
-@torch.no_grad()
 def greedy_rollout(pl_module: RLModuleProtocol, num_envs: int, num_steps: int, seed: int) -> tuple[Tensor, Tensor]:
     """Play ``num_steps`` greedy steps on a fresh env instance.
 
@@ -40,20 +40,10 @@ def greedy_rollout(pl_module: RLModuleProtocol, num_envs: int, num_steps: int, s
         obs ``(num_envs, num_steps, *obs_shape)`` and bool dones ``(num_envs, num_steps)``.
     """
     envs = pl_module.make_envs(num_envs, seed)
-    obs, _ = envs.reset()
-    actor = pl_module.greedy_actor()  # carries a recurrent policy's state
-    all_obs, all_dones = [], []
-    done = torch.ones(num_envs, dtype=torch.bool, device=obs.device)
-    for _ in range(num_steps):
-        next_obs, _, terminated, truncated, _ = envs.step(actor(obs, done))
-        done = terminated | truncated
-        all_obs.append(obs)
-        all_dones.append(done)
-        obs = next_obs
-    return torch.stack(all_obs, dim=1), torch.stack(all_dones, dim=1)
+    played = play_greedy(pl_module.greedy_actor(), envs, episodes_per_env=None, num_steps=num_steps, keep_obs=True)
+    return played.obs, played.dones
 
 
-@torch.no_grad()
 def greedy_frames(
     pl_module: RLModuleProtocol,
     num_envs: int,
@@ -79,22 +69,22 @@ def greedy_frames(
         NotImplementedError: if the env cannot render.
     """
     envs = pl_module.make_envs(num_envs, seed, render=True)
+    renders = itertools.count()
+
+    def frame(obs: Any) -> Tensor:
+        quiet = next(renders) == 0  # GLFW warns with the first render, where the renderer sets up
+        return _shrink(_render_or_explain(envs, pl_module.hparams.env_id, quiet=quiet), max_side)
+
     try:
         if not envs.can_render:
             raise NotImplementedError(f"{type(envs).__name__} cannot render its frames")
-        obs, _ = envs.reset()
         actor = pl_module.greedy_actor() if actor is None else actor
-        frames, dones = [], [torch.ones(num_envs, dtype=torch.bool, device=obs.device)]
-        for t in range(num_steps):
-            if t % frame_stride == 0:
-                frame = _render_or_explain(envs, pl_module.hparams.env_id, quiet=t == 0)
-                frames.append(_shrink(frame, max_side))
-            obs, _, terminated, truncated, _ = envs.step(actor(obs, dones[-1]))
-            dones.append(terminated | truncated)
-        dones = dones[1:]
+        played = play_greedy(
+            actor, envs, episodes_per_env=None, num_steps=num_steps, frame=frame, frame_stride=frame_stride
+        )
     finally:
         envs.close()
-    return torch.stack(frames, dim=1), torch.stack(dones, dim=1).cpu()
+    return torch.stack(played.frames, dim=1), played.dones.cpu()
 
 
 def _render_or_explain(envs: Any, env_id: str, quiet: bool = True) -> Tensor:
@@ -205,8 +195,18 @@ def _frozen_greedy_actor(pl_module: RLModuleProtocol, cancelled: threading.Event
     return _FrozenGreedyActor(policy, cancelled)
 
 
+def _mean_first_episode_length(dones: Tensor) -> float:
+    """The mean over envs of their first episode's length in steps (the whole clip where none ended).
+
+    Args:
+        dones: bool ``(num_envs, num_steps)``: an episode ended on step t.
+    """
+    dones = dones.cpu().int()
+    return ((dones.cumsum(dim=1) - dones) == 0).sum(dim=1).float().mean().item()  # no end strictly before t
+
+
 def _greedy_caption(env_steps: int, all_dones: Tensor) -> str:
-    length = first_episode_stats(torch.ones(all_dones.shape), all_dones.cpu()).lengths.mean().item()
+    length = _mean_first_episode_length(all_dones)
     return f"env steps {env_steps:,}: greedy policy, mean first-episode length {length:.1f}"
 
 
@@ -278,7 +278,10 @@ class GridVideoLogger(L.Callback):
         self._cannot_draw_warned = False
         self._disabled = False  # set when the env turned out unable to render
         self._next_at = 0
-        self._spec_env: Any = None  # a closed one-env instance: can_draw, draw, render_fps
+        # Read from a closed one-env instance at a fit's first video: the env's render_fps, and its
+        # draw (None: it cannot draw its observations, its own renderer films it).
+        self._env_fps: int | None = None
+        self._draw: Callable[[Tensor], Tensor] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
         self._cancelled = threading.Event()  # set by on_exception: a clip being played stops
@@ -302,7 +305,7 @@ class GridVideoLogger(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         require(pl_module, RLModuleProtocol, "GridVideoLogger")
-        self._spec_env = None  # a new fit may train another module
+        self._env_fps = None  # a new fit may train another module
         self._cancelled.clear()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
@@ -312,27 +315,27 @@ class GridVideoLogger(L.Callback):
         if self._disabled or not self._due(trainer, pl_module):
             return
         start = time.perf_counter()
-        if self._spec_env is None:
-            self._spec_env = pl_module.make_envs(1, 0)
-            self._spec_env.close()
-        spec_env = self._spec_env
-        fps = (self.fps or spec_env.render_fps) / self.frame_stride
+        if self._env_fps is None:
+            spec_env = pl_module.make_envs(1, 0)
+            spec_env.close()
+            self._env_fps, self._draw = spec_env.render_fps, spec_env.draw if spec_env.can_draw else None
+        fps = (self.fps or self._env_fps) / self.frame_stride
         log_dir = Path(trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir)
         path = log_dir / "videos" / f"step_{pl_module.env_steps}.mp4"
         writer = trainer.logger.experiment if isinstance(trainer.logger, TensorBoardLogger) else None
         env_steps = pl_module.env_steps
-        rollout = pl_module.latest_rollout() if spec_env.can_draw else None
-        if rollout is not None:
+        rollout = pl_module.latest_rollout() if self._draw is not None else None
+        if rollout is not None:  # its obs and dones only (the record's other fields are the algorithm's)
             obs, dones = rollout.obs[:16, : self.num_steps], rollout.dones[:16, : self.num_steps]
-            mean_return = first_episode_stats(rollout.rewards[:16, : self.num_steps], dones).returns.mean().item()
-            caption = f"env steps {env_steps:,}: rollout, mean first-episode return {mean_return:.1f}"
+            length = _mean_first_episode_length(dones)
+            caption = f"env steps {env_steps:,}: rollout, mean first-episode length {length:.1f}"
             obs, dones = _every_kth_step(obs.detach(), dones, self.frame_stride)
-            clip = functools.partial(self._render, obs, dones, spec_env.draw, caption=caption)
-        elif spec_env.can_draw:
+            clip = functools.partial(self._render, obs, dones, self._draw, caption=caption)
+        elif self._draw is not None:
             obs, all_dones = greedy_rollout(pl_module, 16, self.num_steps, self.seed)
             obs, dones = _every_kth_step(obs, all_dones, self.frame_stride)
             caption = _greedy_caption(env_steps, all_dones)
-            clip = functools.partial(self._render, obs, dones, spec_env.draw, caption=caption)
+            clip = functools.partial(self._render, obs, dones, self._draw, caption=caption)
         else:  # e.g. a gymnasium env: its own renderer draws the current state, slowly
             if self._pending:  # the previous clip is still being made: never pile clips up
                 self.skipped_env_steps.append(env_steps)

@@ -56,6 +56,41 @@ def test_video_logger_adds_animated_image_summary(video_run):
     assert (images[0].width, images[0].height) == (486, 326)
 
 
+def test_video_logger_captions_a_rollout_clip_with_its_first_episodes_mean_length(video_run):
+    _, logger = video_run
+    events = EventAccumulator(logger.log_dir, size_guidance={"tensors": 0})
+    events.Reload()
+    captions = [event.tensor_proto.string_val[0].decode() for event in events.Tensors("videos/caption/text_summary")]
+    assert [caption.split(":")[0] for caption in captions] == ["env steps 960", "env steps 1,920"]
+    assert all(caption.split(": ")[1].startswith("rollout, mean first-episode length ") for caption in captions)
+
+
+def test_mean_first_episode_length_counts_up_to_the_first_end_or_the_whole_clip():
+    import torch
+
+    from rl_lightning.callbacks.video import _mean_first_episode_length
+
+    dones = torch.tensor([[False, True, False, True], [False, False, False, False], [True, False, False, False]])
+    assert _mean_first_episode_length(dones) == pytest.approx((2 + 4 + 1) / 3)  # float32
+
+
+def test_the_env_is_built_once_per_fit_for_its_fps_and_drawing(tmp_path, monkeypatch):
+    built = []
+    make_envs = VPGModule.make_envs
+
+    def counting_make_envs(self, num_envs, seed, render=False):
+        built.append(num_envs)
+        return make_envs(self, num_envs, seed, render)
+
+    monkeypatch.setattr(VPGModule, "make_envs", counting_make_envs)
+    video = GridVideoLogger(every_n_env_steps=1, num_steps=5)
+    L.Trainer(
+        max_steps=3, default_root_dir=tmp_path, callbacks=[video], enable_progress_bar=False, enable_checkpointing=False
+    ).fit(VPGModule(num_envs=4, num_steps_per_rollout=5))
+    video.wait()
+    assert len(video.video_paths) == 3 and built == [4, 1]  # the training envs, then one spec for all videos
+
+
 def test_video_logger_records_its_costs(video_run):
     video, _ = video_run
     # One entry per video for each side (timings are reported by benchmarks/bench_video.py).
