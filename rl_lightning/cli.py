@@ -66,7 +66,7 @@ class RLLightningCLI(LightningCLI):
         parser.add_lightning_class_args(L.LightningModule, "model", subclass_mode=True, required=False)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        _add_run_arguments(parser)
+        _add_run_arguments(parser, "--trainer.max_steps (fit)")
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         # The command line as given, to tell the flags a user set from the defaults (_parse_ckpt_path).
@@ -340,7 +340,7 @@ class ScriptCLI(RLLightningCLI):
             help=f"optimizer steps in all (null: {self._defaults['max_steps']:,}, or --total_env_steps; -1: no limit)",
         )
         group.add_argument("--default_root_dir", type=str, default=".", help="logs go to DIR/lightning_logs")
-        _add_run_arguments(group)
+        _add_run_arguments(group, "--max_steps")
         group.add_argument(
             "--ckpt_path",
             type=str | None,
@@ -425,7 +425,7 @@ class ScriptCLI(RLLightningCLI):
         self._set_up_run(config.total_env_steps, own_logger=True)
 
 
-def _add_run_arguments(container: Any) -> None:
+def _add_run_arguments(container: Any, max_steps_flag: str) -> None:
     """``--num_threads`` and ``--total_env_steps``, the same in ``rl-lightning`` and the scripts."""
     threads = "torch CPU threads (torch.set_num_threads)"
     container.add_argument("--num_threads", type=PositiveInt, default=1, help=threads)
@@ -433,7 +433,7 @@ def _add_run_arguments(container: Any) -> None:
         "--total_env_steps",
         type=PositiveInt | None,
         default=None,
-        help="fit: the run's length in env steps (SB3's total_timesteps), in place of max_steps",
+        help=f"the run's length in env steps (SB3's total_timesteps), in place of {max_steps_flag}",
     )
 
 
