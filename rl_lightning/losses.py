@@ -35,15 +35,19 @@ def compute_returns(rewards: Tensor, dones: Tensor, gamma: float) -> Tensor:
         raise ValueError(
             f"rewards and dones must both be (num_envs, num_steps), got {tuple(rewards.shape)} and {tuple(dones.shape)}"
         )
-    rewards = rewards.float()
+    return _discounted_sums(rewards.float(), (~dones.bool()).float() * gamma)
+
+
+def _discounted_sums(values: Tensor, discounts: Tensor) -> Tensor:
+    """``out_t = values_t + discounts_t * out_{t+1}`` along the steps (dim 1), 0 after the last step:
+    returns (discounts ``gamma * (1 - done)``) and GAE (``gamma * lam * (1 - done)``)."""
     # Multiplying by a precomputed "continue" mask keeps the loop at two kernels per step.
-    discounts = (~dones.bool()).float() * gamma
-    returns = torch.empty_like(rewards)
-    running = torch.zeros_like(rewards[:, 0])
-    for t in range(rewards.shape[1] - 1, -1, -1):
-        running = torch.addcmul(rewards[:, t], discounts[:, t], running)
-        returns[:, t] = running
-    return returns
+    sums = torch.empty_like(values)
+    running = torch.zeros_like(values[:, 0])
+    for t in range(values.shape[1] - 1, -1, -1):
+        running = torch.addcmul(values[:, t], discounts[:, t], running)
+        sums[:, t] = running
+    return sums
 
 
 def normalize_returns(returns: Tensor, eps: float = 1e-8) -> Tensor:
@@ -272,13 +276,7 @@ def compute_gae(
     rewards, values = rewards.float(), values.float()
     bootstrap = torch.where(terminated.bool(), 0.0, next_values.float())
     deltas = rewards + gamma * bootstrap - values
-    decay = (~(terminated.bool() | truncated.bool())).float() * (gamma * lam)
-    advantages = torch.empty_like(deltas)
-    running = torch.zeros_like(deltas[:, 0])
-    for t in range(deltas.shape[1] - 1, -1, -1):
-        running = torch.addcmul(deltas[:, t], decay[:, t], running)
-        advantages[:, t] = running
-    return advantages
+    return _discounted_sums(deltas, (~(terminated.bool() | truncated.bool())).float() * (gamma * lam))
 
 
 def normalize_advantages(advantages: Tensor, eps: float = 1e-8) -> Tensor:

@@ -136,7 +136,7 @@ class ActorCriticSource(RolloutSource):
         return obs if self.obs_normalizer is None else self.obs_normalizer(obs)
 
     def _act(self, obs: Tensor, episode_start: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
-        return self.model.sample(self._normalize(obs), self.generator)
+        return self.policy.sample(self._normalize(obs), self.generator)
 
     def _prepare(self, rollout: RolloutTensors) -> RolloutCollection:
         """The critic's bootstrap values, the advantages and the shuffled minibatches of a rollout."""
@@ -179,14 +179,7 @@ class ActorCriticSource(RolloutSource):
 
     def _batch(self, collection: RolloutCollection) -> PPOBatch:
         indices = collection.order[collection.position]
-        rollout = collection.rollout
-
-        def entries(field: Tensor) -> Tensor:  # the minibatch's (env, t) entries of a field
-            return field.flatten(0, 1).index_select(0, indices)
-
-        values, advantages = entries(rollout.values), entries(collection.advantages)
-        obs, actions, logprobs = entries(collection.training_obs), entries(rollout.actions), entries(rollout.logprobs)
-        return PPOBatch(obs, actions, logprobs, values, advantages, advantages + values)
+        return PPOBatch(*(field.index_select(0, indices) for field in collection.entries))
 
 
 class RecurrentPPOBatch(NamedTuple):
@@ -238,7 +231,7 @@ class RecurrentActorCriticSource(ActorCriticSource):
     def _act(self, obs: Tensor, episode_start: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         self._step_states.append(self.state)
         self._step_starts.append(episode_start)
-        actions, logprobs, values, self.state = self.model.sample(
+        actions, logprobs, values, self.state = self.policy.sample(
             self._normalize(obs), self.state, episode_start, self.generator
         )
         return actions, logprobs, values

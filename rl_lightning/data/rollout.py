@@ -9,6 +9,7 @@ episode (the envs auto-reset).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Any, NamedTuple
 
 import torch
@@ -171,6 +172,14 @@ class RolloutCollection:
     def training_obs(self) -> Tensor:
         """The observations training evaluates the policy on: what it saw when it acted."""
         return self.rollout.obs if self.policy_obs is None else self.policy_obs
+
+    @cached_property
+    def entries(self) -> tuple[Tensor, ...]:
+        """An actor-critic's ``(env, t)`` entries, each field ``(num_envs * num_steps, ...)``: the
+        training obs, actions, logprobs, values, advantages and returns (advantages + values)."""
+        rollout, advantages = self.rollout, self.advantages
+        columns = (self.training_obs, rollout.actions, rollout.logprobs, rollout.values, advantages)
+        return (*(column.flatten(0, 1) for column in columns), (advantages + rollout.values).flatten())
 
     def state_dict(self) -> dict[str, Any]:
         # Plain dicts: checkpoints load with torch.load(weights_only=True), which knows no NamedTuple.
