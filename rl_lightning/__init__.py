@@ -15,6 +15,7 @@ from rl_lightning.envs import (
     registered_env_ids,
 )
 from rl_lightning.nets import PolicyNetwork, QNetwork
+from rl_lightning.playing import GreedyPlay, play_greedy
 
 __version__ = "0.1.0"
 
@@ -23,6 +24,7 @@ __all__ = [
     "CartPole",
     "DQNModule",
     "EvalResult",
+    "GreedyPlay",
     "GymnasiumVectorEnv",
     "MountainCar",
     "MountainCarContinuous",
@@ -38,6 +40,7 @@ __all__ = [
     "VectorEnv",
     "evaluate_policy",
     "make_envs",
+    "play_greedy",
     "register",
     "registered_env_ids",
 ]

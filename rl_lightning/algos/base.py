@@ -69,6 +69,9 @@ class RLModule(L.LightningModule):
 
     #: Action spaces the algorithm can learn: "discrete", "box".
     action_kinds: ClassVar[tuple[str, ...]] = ("discrete", "box")
+    #: Former names of hyper-parameters (``{"use_iw": "importance_weighting"}``): a checkpoint saved with
+    #: one loads with its value.
+    renamed_hyperparameters: ClassVar[dict[str, str]] = {}
     #: Log the charts once per epoch (on-policy algorithms: an epoch is a rollout) instead of
     #: every ``Trainer(log_every_n_steps)`` optimizer steps.
     log_per_epoch: ClassVar[bool] = False
@@ -410,7 +413,12 @@ class RLModule(L.LightningModule):
         rl_lightning module (an empty, text or foreign file is a ``ValueError`` saying which, not an
         ``EOFError`` or ``KeyError``); a checkpoint of another algorithm or env is one too."""
         if isinstance(checkpoint_path, (str, Path)):
-            load_checkpoint_file(checkpoint_path)
+            saved = load_checkpoint_file(checkpoint_path).get("hyper_parameters") or {}
+            # A hyper-parameter saved under its former name is passed under its new one (Lightning would
+            # drop the unknown name silently); what the caller passes wins.
+            for old, new in cls.renamed_hyperparameters.items():
+                if old in saved and new not in saved and new not in kwargs and saved[old] is not None:
+                    kwargs[new] = saved[old]
         return L.LightningModule.load_from_checkpoint.__func__(cls, checkpoint_path, *args, **kwargs)
 
     def extra_checkpoint_state(self) -> dict[str, Any]:

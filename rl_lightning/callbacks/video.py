@@ -23,6 +23,7 @@ from PIL import Image
 from torch import Tensor, nn
 
 from rl_lightning._checks import check_int, check_seed
+from rl_lightning.data.rollout import first_episode_stats
 from rl_lightning.playing import play_greedy
 from rl_lightning.protocols import RLModuleProtocol, require
 from rl_lightning.video import encode_mp4, iter_grid_frames, video_summary, write_summary
@@ -325,10 +326,10 @@ class GridVideoLogger(L.Callback):
         writer = trainer.logger.experiment if isinstance(trainer.logger, TensorBoardLogger) else None
         env_steps = pl_module.env_steps
         rollout = pl_module.latest_rollout() if self._draw is not None else None
-        if rollout is not None:  # its obs and dones only (the record's other fields are the algorithm's)
+        if rollout is not None:  # the newest training rollout: its first 16 envs
             obs, dones = rollout.obs[:16, : self.num_steps], rollout.dones[:16, : self.num_steps]
-            length = _mean_first_episode_length(dones)
-            caption = f"env steps {env_steps:,}: rollout, mean first-episode length {length:.1f}"
+            mean_return = first_episode_stats(rollout.rewards[:16, : self.num_steps], dones).returns.mean().item()
+            caption = f"env steps {env_steps:,}: rollout, mean first-episode return {mean_return:.1f}"
             obs, dones = _every_kth_step(obs.detach(), dones, self.frame_stride)
             clip = functools.partial(self._render, obs, dones, self._draw, caption=caption)
         elif self._draw is not None:

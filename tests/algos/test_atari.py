@@ -28,7 +28,7 @@ def test_ppo_trains_a_few_updates_on_pong_pixels():
     assert isinstance(module.model.actor.encoder, ImageEncoder)
     trainer, changed = _fit(module, max_steps=4)
     assert changed and module.env_steps == 2 * 2 * 8
-    assert module.source.last_rollout.obs.dtype == torch.uint8
+    assert module.source.collection.rollout.obs.dtype == torch.uint8
     assert all(torch.isfinite(trainer.callback_metrics[f"losses/{name}"]) for name in ("policy_loss", "value_loss"))
 
 

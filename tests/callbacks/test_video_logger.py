@@ -56,13 +56,13 @@ def test_video_logger_adds_animated_image_summary(video_run):
     assert (images[0].width, images[0].height) == (486, 326)
 
 
-def test_video_logger_captions_a_rollout_clip_with_its_first_episodes_mean_length(video_run):
+def test_video_logger_captions_a_rollout_clip_with_its_first_episodes_mean_return(video_run):
     _, logger = video_run
     events = EventAccumulator(logger.log_dir, size_guidance={"tensors": 0})
     events.Reload()
     captions = [event.tensor_proto.string_val[0].decode() for event in events.Tensors("videos/caption/text_summary")]
     assert [caption.split(":")[0] for caption in captions] == ["env steps 960", "env steps 1,920"]
-    assert all(caption.split(": ")[1].startswith("rollout, mean first-episode length ") for caption in captions)
+    assert all(caption.split(": ")[1].startswith("rollout, mean first-episode return ") for caption in captions)
 
 
 def test_mean_first_episode_length_counts_up_to_the_first_end_or_the_whole_clip():
