@@ -3,7 +3,7 @@
 The defaults solve CartPole-v1 in a few seconds on one CPU thread: the run stops once the
 greedy policy's mean return over 32 evaluation episodes reaches 475 (``--no_stop_when_solved``
 trains for the whole budget). Every VPGModule hyper-parameter and the usual Trainer flags are
-options (``--lr 0.01 --hidden_sizes [64,64] --clip_coef null --use_lr_decay true``; ``--print_config
+options (``--lr 0.01 --hidden_sizes [64,64] --iw_clip null --anneal_lr true``; ``--print_config
 > my.yaml`` writes them all, ``--config my.yaml`` reads them back). Logs, grid videos and checkpoints
 go to ``lightning_logs/`` (watch them with ``tensorboard --logdir lightning_logs``).
 """

@@ -31,7 +31,7 @@ def vpg_probe_module(probe: int, env_id: str | None = None) -> VPGModule:
         num_steps_per_rollout=16,
         lr=5e-3,
         normalize_returns=False,
-        clip_coef=None,
+        iw_clip=None,
         seed=0,
     )
 

@@ -359,7 +359,7 @@ def test_vpg_with_one_env_per_batch_is_refused_since_its_baseline_zeroes_every_a
     with pytest.raises(ValueError, match=r"at least 2 envs per batch \(num_envs=1"):
         VPGModule(num_envs=1)
     with pytest.raises(ValueError, match=r"num_envs=4, num_batches_per_rollout=4"):
-        VPGModule(num_envs=4, num_batches_per_rollout=4, use_iw=True)
+        VPGModule(num_envs=4, num_batches_per_rollout=4, importance_weighting=True)
 
 
 def test_lr_decay_settings_are_checked_even_when_the_decay_is_off():

@@ -69,7 +69,7 @@ def test_train_vpg_script_trains_logs_and_checkpoints(tmp_path):
             "30",
             "--hidden_sizes",
             "[16,16]",
-            "--clip_coef",
+            "--iw_clip",
             "null",
         ],
         cwd=tmp_path,
@@ -197,10 +197,10 @@ def test_bools_nones_and_trainer_flags():
 
 
 @pytest.mark.parametrize(
-    "argv", [["--clip_coef", "null"], ["--clip_coef", "none"], ["--clip_coef", "None"], ["--clip_coef=none"]]
+    "argv", [["--iw_clip", "null"], ["--iw_clip", "none"], ["--iw_clip", "None"], ["--iw_clip=none"]]
 )
 def test_none_spellings(argv):
-    assert _parse(VPGModule, *argv, "--use_iw", "true")[0].hparams.clip_coef is None
+    assert _parse(VPGModule, *argv, "--importance_weighting", "true")[0].hparams.iw_clip is None
 
 
 @pytest.mark.parametrize(

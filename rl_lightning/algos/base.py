@@ -414,12 +414,17 @@ class RLModule(L.LightningModule):
         ``EOFError`` or ``KeyError``); a checkpoint of another algorithm or env is one too."""
         if isinstance(checkpoint_path, (str, Path)):
             saved = load_checkpoint_file(checkpoint_path).get("hyper_parameters") or {}
-            # A hyper-parameter saved under its former name is passed under its new one (Lightning would
-            # drop the unknown name silently); what the caller passes wins.
-            for old, new in cls.renamed_hyperparameters.items():
-                if old in saved and new not in saved and new not in kwargs and saved[old] is not None:
-                    kwargs[new] = saved[old]
+            kwargs = {**cls.upgraded_hyperparameters(saved), **kwargs}  # what the caller passes wins
         return L.LightningModule.load_from_checkpoint.__func__(cls, checkpoint_path, *args, **kwargs)
+
+    @classmethod
+    def upgraded_hyperparameters(cls, saved: dict[str, Any]) -> dict[str, Any]:
+        """The hyper-parameters of an older checkpoint that this version spells otherwise: a value saved
+        under a former name (``renamed_hyperparameters``) under its new one (Lightning would drop the
+        unknown name silently)."""
+        return {
+            new: saved[old] for old, new in cls.renamed_hyperparameters.items() if old in saved and new not in saved
+        }
 
     def extra_checkpoint_state(self) -> dict[str, Any]:
         """What the algorithm adds to the checkpoint payload (besides weights and sources)."""

@@ -62,8 +62,10 @@ class PPOModule(RLModule):
         num_envs: envs stepped in lock-step per process.
         num_steps_per_rollout: steps per env in one rollout.
         lr: Adam learning rate.
-        anneal_lr: decay the learning rate linearly to 0 over the run's env steps (adds a
-            ``LinearLRDecay`` callback).
+        anneal_lr: decay the learning rate linearly from ``lr`` to ``lr_end`` over the first ``lr_frac``
+            of the run's env steps (adds a ``LinearLRDecay`` callback).
+        lr_end: the learning rate the decay ends at.
+        lr_frac: the fraction of the run's env steps the decay takes, in (0, 1].
         gamma: discount factor.
         gae_lambda: GAE's lambda (1: Monte-Carlo returns minus V, 0: one-step TD errors).
         update_epochs: passes over each rollout.
@@ -110,6 +112,8 @@ class PPOModule(RLModule):
         num_steps_per_rollout: int = 32,
         lr: float = 2.5e-3,
         anneal_lr: bool = True,
+        lr_end: float = 0.0,
+        lr_frac: float = 1.0,
         gamma: float = 0.99,
         gae_lambda: float = 0.95,
         update_epochs: int = 4,
@@ -138,6 +142,8 @@ class PPOModule(RLModule):
         check_int("num_steps_per_rollout", num_steps_per_rollout, 1)
         check_float("lr", lr, 0.0, low_open=True)
         check_bool("anneal_lr", anneal_lr)
+        check_float("lr_end", lr_end, 0.0)
+        check_float("lr_frac", lr_frac, 0.0, 1.0, low_open=True)
         check_float("gamma", gamma, 0.0, 1.0)
         check_float("gae_lambda", gae_lambda, 0.0, 1.0)
         check_int("update_epochs", update_epochs, 1)
@@ -258,7 +264,7 @@ class PPOModule(RLModule):
     def configure_callbacks(self) -> list[L.Callback]:
         callbacks = super().configure_callbacks()
         if self.hparams.anneal_lr:
-            callbacks.append(LinearLRDecay(lr_end=0.0, lr_frac=1.0))
+            callbacks.append(LinearLRDecay(lr_end=self.hparams.lr_end, lr_frac=self.hparams.lr_frac))
         return callbacks
 
     # -- what the base needs ----------------------------------------------------------------

@@ -15,7 +15,7 @@ actions a diagonal Gaussian (``rl_lightning.nets.PolicyNetwork``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -48,16 +48,17 @@ class VPGModule(RLModule):
         lr: Adam learning rate.
         gamma: discount factor in [0, 1].
         normalize_returns: rescale returns to zero mean, unit variance per batch.
-        use_iw: weight by importance ratios pi / pi_old (needed to reuse a rollout).
-        clip_coef: clamp importance weights to [1 - clip_coef, 1 + clip_coef] (None: no clamp).
-        rollout_use_count: updates per batch of each rollout (> 1 needs ``use_iw``).
+        importance_weighting: weight by importance ratios pi / pi_old (needed to reuse a rollout).
+        iw_clip: clamp the importance weights to [1 - iw_clip, 1 + iw_clip] (None: no clamp).
+        rollout_use_count: updates per batch of each rollout (> 1 needs ``importance_weighting``).
         num_batches_per_rollout: batches each rollout is split into along envs (> 1 needs
-            ``use_iw``; must divide ``num_envs``).
+            ``importance_weighting``; must divide ``num_envs``).
         rollouts_per_epoch: rollouts per Lightning epoch.
         full_reset: reset every env at the start of each rollout.
-        use_lr_decay: decay the learning rate linearly (adds a ``LinearLRDecay`` callback).
-        lr_end: final learning rate of the decay.
-        lr_frac: fraction of the run's env steps over which the decay happens.
+        anneal_lr: decay the learning rate linearly from ``lr`` to ``lr_end`` over the first ``lr_frac``
+            of the run's env steps (adds a ``LinearLRDecay`` callback), as PPO's ``anneal_lr``.
+        lr_end: the learning rate the decay ends at.
+        lr_frac: the fraction of the run's env steps the decay takes, in (0, 1].
         hidden_sizes: widths of the policy MLP's hidden layers.
         adam_eps: Adam's epsilon.
         seed: seeds the network init (identical on every rank), the envs (``seed + rank *
@@ -71,6 +72,11 @@ class VPGModule(RLModule):
     """
 
     log_per_epoch = True
+    renamed_hyperparameters: ClassVar[dict[str, str]] = {
+        "use_iw": "importance_weighting",
+        "clip_coef": "iw_clip",
+        "use_lr_decay": "anneal_lr",
+    }
     action_kinds = ("discrete", "box", "multi_discrete", "multi_binary")
 
     def __init__(
@@ -81,15 +87,15 @@ class VPGModule(RLModule):
         lr: float = 2e-2,
         gamma: float = 0.99,
         normalize_returns: bool = True,
-        use_iw: bool = False,
-        clip_coef: float | None = 0.2,
+        importance_weighting: bool = False,
+        iw_clip: float | None = 0.2,
         rollout_use_count: int = 1,
         num_batches_per_rollout: int = 1,
         rollouts_per_epoch: int = 1,
         full_reset: bool = True,
-        use_lr_decay: bool = False,
-        lr_end: float | None = None,
-        lr_frac: float | None = None,
+        anneal_lr: bool = False,
+        lr_end: float = 0.0,
+        lr_frac: float = 1.0,
         hidden_sizes: Sequence[int] = (120, 84),
         adam_eps: float = 1e-5,
         seed: int = 1,
@@ -102,14 +108,16 @@ class VPGModule(RLModule):
         check_float("lr", lr, 0.0, low_open=True)
         check_float("gamma", gamma, 0.0, 1.0)
         check_bool("normalize_returns", normalize_returns)
-        check_bool("use_iw", use_iw)
-        if clip_coef is not None:
-            check_float("clip_coef", clip_coef, 0.0, 1.0, low_open=True, high_open=True)
+        check_bool("importance_weighting", importance_weighting)
+        if iw_clip is not None:
+            check_float("iw_clip", iw_clip, 0.0, 1.0, low_open=True, high_open=True)
         check_int("rollout_use_count", rollout_use_count, 1)
         check_int("num_batches_per_rollout", num_batches_per_rollout, 1)
         check_int("rollouts_per_epoch", rollouts_per_epoch, 1)
         check_bool("full_reset", full_reset)
-        check_bool("use_lr_decay", use_lr_decay)
+        check_bool("anneal_lr", anneal_lr)
+        check_float("lr_end", lr_end, 0.0)  # checked whether or not the decay is on: a typo is never ignored
+        check_float("lr_frac", lr_frac, 0.0, 1.0, low_open=True)
         check_float("adam_eps", adam_eps, 0.0, low_open=True)
         hidden_sizes = check_sizes("hidden_sizes", hidden_sizes)
         if num_envs % num_batches_per_rollout != 0:
@@ -122,22 +130,23 @@ class VPGModule(RLModule):
                 f"{num_batches_per_rollout}): its baseline is the mean return over a batch's envs at each timestep, "
                 "so one env has an advantage of zero everywhere and learns nothing; raise num_envs"
             )
-        if not use_iw and (rollout_use_count != 1 or num_batches_per_rollout != 1):
+        if not importance_weighting and (rollout_use_count != 1 or num_batches_per_rollout != 1):
             raise ValueError(
                 "reusing a rollout (rollout_use_count > 1) or splitting it into several batches "
                 "(num_batches_per_rollout > 1) makes all but the first update off-policy: set "
-                f"use_iw=True, or keep both at 1 (got rollout_use_count={rollout_use_count}, "
+                f"importance_weighting=True, or keep both at 1 (got rollout_use_count={rollout_use_count}, "
                 f"num_batches_per_rollout={num_batches_per_rollout})"
             )
-        if use_lr_decay and (lr_end is None or lr_frac is None):
-            raise ValueError("use_lr_decay=True needs both lr_end and lr_frac")
-        if lr_end is not None:  # checked whether or not the decay is on: a typo is never ignored
-            check_float("lr_end", lr_end, 0.0)
-        if lr_frac is not None:
-            check_float("lr_frac", lr_frac, 0.0, 1.0, low_open=True)
         self.save_hyperparameters(ignore=["network"])
         with seeded(seed):  # the same initial weights on every rank
             self.policy_network = PolicyNetwork(self.observation_space, self.action_space, hidden_sizes, network)
+
+    @classmethod
+    def upgraded_hyperparameters(cls, saved: dict[str, Any]) -> dict[str, Any]:
+        upgraded = super().upgraded_hyperparameters(saved)
+        # lr_end / lr_frac were None (no decay) before they had defaults.
+        defaults = {"lr_end": 0.0, "lr_frac": 1.0}
+        return upgraded | {name: value for name, value in defaults.items() if name in saved and saved[name] is None}
 
     # -- the algorithm ----------------------------------------------------------------------
 
@@ -149,8 +158,8 @@ class VPGModule(RLModule):
             returns = normalize_returns(returns)
         logprobs = compute_logprobs(batch.obs, batch.actions, self.policy_network)
         metrics: dict[str, Tensor | float] = {}
-        if hp.use_iw:
-            weights = compute_importance_weights(logprobs, batch.logprobs, hp.clip_coef)
+        if hp.importance_weighting:
+            weights = compute_importance_weights(logprobs, batch.logprobs, hp.iw_clip)
             metrics["losses/importance_weight"] = weights.mean()
         else:
             weights = torch.ones_like(logprobs)
@@ -166,7 +175,7 @@ class VPGModule(RLModule):
 
     def configure_callbacks(self) -> list[L.Callback]:
         callbacks = super().configure_callbacks()
-        if self.hparams.use_lr_decay:
+        if self.hparams.anneal_lr:
             callbacks.append(LinearLRDecay(lr_end=self.hparams.lr_end, lr_frac=self.hparams.lr_frac))
         return callbacks
 

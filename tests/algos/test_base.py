@@ -142,7 +142,7 @@ def test_one_validation_style_for_both_modules(cls, kwargs, error, match):
 @pytest.mark.parametrize(
     ("cls", "kwargs"),
     [
-        (VPGModule, dict(use_iw="false")),
+        (VPGModule, dict(importance_weighting="false")),
         (VPGModule, dict(normalize_returns=1)),
         (VPGModule, dict(full_reset="true")),
         (DQNModule, dict(double_dqn="false")),

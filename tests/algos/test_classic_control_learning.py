@@ -81,7 +81,7 @@ def test_vpg_improves_pendulum_by_at_least_800_over_its_initial_random_policy():
         num_envs=64,
         num_steps_per_rollout=200,
         lr=3e-3,
-        use_lr_decay=True,
+        anneal_lr=True,
         lr_end=3e-4,
         lr_frac=1.0,
         gamma=0.95,

@@ -30,12 +30,12 @@ def _trainer(**kwargs) -> L.Trainer:
         (dict(num_steps_per_rollout=0), "num_steps_per_rollout"),
         (dict(lr=0.0), "lr"),
         (dict(gamma=1.5), "gamma"),
-        (dict(rollout_use_count=2), "use_iw"),
-        (dict(num_batches_per_rollout=2), "use_iw"),
-        (dict(use_iw=True, num_batches_per_rollout=5), "divide num_envs"),
-        (dict(use_iw=True, clip_coef=1.5), "clip_coef"),
-        (dict(use_lr_decay=True), "lr_end and lr_frac"),
-        (dict(use_lr_decay=True, lr_end=1e-3, lr_frac=0.0), "lr_frac"),
+        (dict(rollout_use_count=2), "importance_weighting"),
+        (dict(num_batches_per_rollout=2), "importance_weighting"),
+        (dict(importance_weighting=True, num_batches_per_rollout=5), "divide num_envs"),
+        (dict(importance_weighting=True, iw_clip=1.5), "iw_clip"),
+        (dict(anneal_lr=True, lr_end=-1.0), "lr_end"),
+        (dict(anneal_lr=True, lr_end=1e-3, lr_frac=0.0), "lr_frac"),
         (dict(hidden_sizes=(0,)), "hidden_sizes"),
         (dict(seed="1"), "seed"),
     ],
@@ -107,7 +107,7 @@ def test_max_epochs_counts_rollouts_and_env_steps():
 
 
 def test_iw_reuse_makes_several_updates_per_rollout():
-    module = VPGModule(use_iw=True, rollout_use_count=2, num_batches_per_rollout=2, **SMALL)
+    module = VPGModule(importance_weighting=True, rollout_use_count=2, num_batches_per_rollout=2, **SMALL)
     trainer = _trainer(max_steps=8)
     trainer.fit(module)
     assert module.source.num_rollouts == 2
@@ -164,7 +164,7 @@ def test_checkpoint_from_another_env_is_rejected(tmp_path):
 
 
 def test_lr_decay_callback_is_added_and_keyed_on_env_steps():
-    module = VPGModule(use_lr_decay=True, lr=1e-2, lr_end=1e-3, lr_frac=0.5, **SMALL)
+    module = VPGModule(anneal_lr=True, lr=1e-2, lr_end=1e-3, lr_frac=0.5, **SMALL)
     seen = []
 
     class Spy(L.Callback):
@@ -188,3 +188,24 @@ def test_act_takes_one_observation_as_an_array():
         action = module.act(obs, greedy=True)
         assert isinstance(action, np.int64)  # numpy in, numpy out: a numpy int for one Discrete observation
         assert action == module.act(torch.from_numpy(obs).unsqueeze(0), greedy=True).item()
+
+
+def test_a_checkpoint_saved_under_the_former_hyperparameter_names_loads_with_its_values(tmp_path):
+    """use_iw -> importance_weighting, clip_coef -> iw_clip, use_lr_decay -> anneal_lr; lr_end / lr_frac
+    saved as None (no decay) take their defaults."""
+    module = VPGModule(importance_weighting=True, iw_clip=None, rollout_use_count=2, **SMALL)
+    trainer = _trainer(max_steps=2)
+    trainer.fit(module)
+    path = tmp_path / "old.ckpt"
+    trainer.save_checkpoint(path)
+    checkpoint = torch.load(path, weights_only=False)
+    hparams = checkpoint["hyper_parameters"]
+    for old, new in (("use_iw", "importance_weighting"), ("clip_coef", "iw_clip"), ("use_lr_decay", "anneal_lr")):
+        hparams[old] = hparams.pop(new)
+    hparams["lr_end"] = hparams["lr_frac"] = None
+    torch.save(checkpoint, path)
+    loaded = VPGModule.load_from_checkpoint(path)
+    assert loaded.hparams.importance_weighting is True and loaded.hparams.iw_clip is None
+    assert loaded.hparams.anneal_lr is False and (loaded.hparams.lr_end, loaded.hparams.lr_frac) == (0.0, 1.0)
+    assert "use_iw" not in loaded.hparams and loaded.hparams.rollout_use_count == 2
+    assert VPGModule.load_from_checkpoint(path, iw_clip=0.1).hparams.iw_clip == 0.1  # the caller's value wins

@@ -27,7 +27,7 @@ def build(algo: str) -> L.LightningModule:
             num_steps_per_rollout=30,
             rollouts_per_epoch=2,
             full_reset=False,
-            use_lr_decay=True,
+            anneal_lr=True,
             lr_end=1e-3,
             lr_frac=0.5,
             seed=5,
