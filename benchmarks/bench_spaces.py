@@ -95,15 +95,15 @@ def _time_collect(source: ActorCriticSource) -> float:
 
 
 def _time_update(source: ActorCriticSource, optimizer: torch.optim.Optimizer, updates: int) -> float:
-    source._prepare_rollout()
+    collection = source.collect()
+    all_obs, all_actions, _, _, all_advantages, all_returns = collection.entries  # (env, t) entries
     start = time.perf_counter()
     for index in range(updates):
-        batch = source._entries
-        indices = source._indices[index % len(source._indices)]
-        obs = batch["obs"].index_select(0, indices)
-        logprobs, entropy, values = source.model.evaluate(obs, batch["actions"].index_select(0, indices))
-        loss = -(logprobs * batch["advantages"].index_select(0, indices)).mean() - 0.01 * entropy.mean()
-        loss = loss + (values - batch["returns"].index_select(0, indices)).square().mean()
+        indices = collection.order[index % len(collection.order)]
+        obs = all_obs.index_select(0, indices)
+        logprobs, entropy, values = source.model.evaluate(obs, all_actions.index_select(0, indices))
+        loss = -(logprobs * all_advantages.index_select(0, indices)).mean() - 0.01 * entropy.mean()
+        loss = loss + (values - all_returns.index_select(0, indices)).square().mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
