@@ -198,8 +198,10 @@ class RLModule(L.LightningModule):
         return make_envs(self.hparams.env_id, num_envs, seed=seed, device=self.device, **options)
 
     def latest_rollout(self) -> RolloutTensors | None:
-        """The newest on-policy rollout of the training envs (None for off-policy algorithms)."""
-        return None
+        """The newest on-policy rollout of the training envs, as the envs gave it (None for off-policy
+        algorithms, whose sources have no ``collection``)."""
+        collection = getattr(self.source, "collection", None)
+        return None if collection is None else collection.rollout
 
     def train_dataloader(self) -> DataLoader:
         # A reload (Trainer(reload_dataloaders_every_n_epochs=...)) or a second fit keeps the
@@ -252,13 +254,9 @@ class RLModule(L.LightningModule):
         """
         check_bool("greedy", greedy)
         tensor_in = is_tensor_input(obs)
-        obs, batch_shape = self._batch_of_observations(obs, action_mask)
+        obs, batch_shape = self._inputs.batch(obs, action_mask, self.device)
         actions = self.policy_actions(obs, greedy).reshape((*batch_shape, *self.action_shape))
         return actions if tensor_in else as_numpy(actions)
-
-    def _batch_of_observations(self, obs: Any, action_mask: Any = None) -> tuple[Any, torch.Size]:
-        """``obs`` as a batch on the module's device, and its batch shape (``ObservationInputs``)."""
-        return self._inputs.batch(obs, action_mask, self.device)
 
     @property
     def recurrent(self) -> bool:

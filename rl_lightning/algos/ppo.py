@@ -35,7 +35,6 @@ from rl_lightning.algos.base import RLModule, as_numpy, is_tensor_input
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
 from rl_lightning.data.actor_critic import ActorCriticSource, PPOBatch, RecurrentActorCriticSource, RecurrentPPOBatch
 from rl_lightning.data.normalization import ObservationNormalizer, RewardScaler
-from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.export import GreedyPolicy, RecurrentGreedyPolicy
 from rl_lightning.losses import (
@@ -327,7 +326,7 @@ class PPOModule(RLModule):
             return super().act(obs, greedy, action_mask)
         check_bool("greedy", greedy)
         tensor_in = is_tensor_input(obs)
-        obs, batch_shape = self._batch_of_observations(obs, action_mask)
+        obs, batch_shape = self._inputs.batch(obs, action_mask, self.device)
         batch = math.prod(batch_shape)
         if state is None:
             state = self.model.initial_state(batch, self.device)
@@ -373,7 +372,3 @@ class PPOModule(RLModule):
     def env_steps_per_training_step(self) -> float:
         hp = self.hparams
         return hp.num_envs * hp.num_steps_per_rollout * self.world_size / self.training_steps_per_collection
-
-    def latest_rollout(self) -> RolloutTensors | None:
-        collection = None if self.source is None else self.source.collection
-        return None if collection is None else collection.rollout

@@ -210,7 +210,3 @@ class VPGModule(RLModule):
     def env_steps_per_training_step(self) -> float:
         hp = self.hparams
         return hp.num_envs * hp.num_steps_per_rollout * self.world_size / self.training_steps_per_collection
-
-    def latest_rollout(self) -> RolloutTensors | None:
-        collection = None if self.source is None else self.source.collection
-        return None if collection is None else collection.rollout
