@@ -84,7 +84,12 @@ def test_a_checkpoint_in_the_middle_of_a_rollout_resumes_exactly(tmp_path, algo)
         if algo == "ppo":
             return build("ppo")
         return VPGModule(
-            num_envs=8, num_steps_per_rollout=20, importance_weighting=True, num_batches_per_rollout=2, rollout_use_count=2, seed=5
+            num_envs=8,
+            num_steps_per_rollout=20,
+            importance_weighting=True,
+            num_batches_per_rollout=2,
+            rollout_use_count=2,
+            seed=5,
         )
 
     def fit(root, max_steps, ckpt_path=None, stop_at=None):
