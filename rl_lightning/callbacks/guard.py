@@ -62,6 +62,7 @@ class RunGuard(L.Callback):
     def __init__(self) -> None:
         self._warnings: warnings.catch_warnings | None = None
         self._finite: torch.Tensor | None = None  # whether losses and weights stayed finite since the last read
+        self._weights: list[torch.Tensor] = []  # detached views of the module's parameters (they update in place)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         precision = str(trainer.precision)
@@ -101,12 +102,15 @@ class RunGuard(L.Callback):
     # -- the NaN guard: every step on the CPU; elsewhere accumulated on the device and read at log steps
     # -- and before a checkpoint is written (a read is a device sync)
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        self._weights = [p.detach() for p in pl_module.parameters()]
+
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if loss is None:
             return
-        weights = torch.stack(torch._foreach_norm([p.detach() for p in pl_module.parameters()])).sum()
-        finite = torch.isfinite(loss.detach()) & torch.isfinite(weights)
+        # One reduction: a sum with any NaN or infinite term (a weight's norm, the loss) is not finite.
+        finite = torch.isfinite(torch.stack(torch._foreach_norm(self._weights)).sum() + loss.detach())
         self._finite = finite if self._finite is None else self._finite & finite
         if pl_module.device.type == "cpu" or pl_module.should_log():
             self._raise_if_not_finite(pl_module)
