@@ -99,6 +99,9 @@ class PPOModule(RLModule):
         env_backend: ``"auto"`` (native torch env where there is one, else gymnasium's),
             ``"torch"``, or ``"gymnasium"`` (the adapter, also for a native id).
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
+        compile: the minibatch update (:func:`ppo_minibatch_loss`, forward and backward) and the acting step
+            through ``torch.compile`` (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments
+            (``{"backend": "aot_eager"}``). The same losses and actions as without, to float tolerance.
     """
 
     log_per_epoch = True
@@ -136,8 +139,9 @@ class PPOModule(RLModule):
         network: nn.Module | None = None,
         env_backend: str = "auto",
         env_kwargs: dict[str, Any] | None = None,
+        compile: bool | dict[str, Any] = False,
     ):
-        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs)
+        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile)
         check_int("num_steps_per_rollout", num_steps_per_rollout, 1)
         check_float("lr", lr, 0.0, low_open=True)
         check_bool("anneal_lr", anneal_lr)
@@ -205,30 +209,10 @@ class PPOModule(RLModule):
 
     def training_step(self, batch: PPOBatch | RecurrentPPOBatch, batch_idx: int) -> Tensor:
         hp = self.hparams
-        if self.recurrent:  # whole sequences from their stored state: (batch_envs, num_steps) each
-            logprobs, entropy, values = self.model.evaluate(
-                batch.obs, batch.actions, batch.states, batch.episode_starts
-            )
-            batch = PPOBatch(*(field.flatten(0, 1) for field in batch[:6]))
-            logprobs, entropy, values = logprobs.flatten(), entropy.flatten(), values.flatten()
-        else:
-            logprobs, entropy, values = self.model.evaluate(batch.obs, batch.actions)
-        advantages = normalize_advantages(batch.advantages) if hp.norm_adv else batch.advantages
-        policy_loss = compute_ppo_policy_loss(logprobs, batch.logprobs, advantages, hp.clip_coef)
-        value_loss = compute_ppo_value_loss(
-            values, batch.values, batch.returns, hp.clip_coef if hp.clip_vloss else None
+        loss, metrics = self.compiled(ppo_minibatch_loss)(
+            self.model, batch, hp.clip_coef, hp.clip_vloss, hp.vf_coef, hp.ent_coef, hp.norm_adv
         )
-        loss = compute_ppo_loss(policy_loss, value_loss, entropy, hp.vf_coef, hp.ent_coef)
-        with torch.no_grad():
-            approx_kl = compute_approx_kl(logprobs, batch.logprobs)
-            metrics: dict[str, Tensor | float] = {
-                "losses/policy_loss": policy_loss.detach(),
-                "losses/value_loss": value_loss.detach(),
-                "losses/entropy": entropy.detach().mean(),
-                "losses/approx_kl": approx_kl,
-                "losses/clipfrac": compute_clip_fraction(logprobs, batch.logprobs, hp.clip_coef),
-            }
-        self._approx_kl = approx_kl  # for target_kl (optimizer_step)
+        self._approx_kl = metrics["losses/approx_kl"]  # for target_kl (optimizer_step)
         collection = self.source.collection
         if collection.position == 0:  # once per rollout
             values, targets = collection.rollout.values, collection.advantages + collection.rollout.values
@@ -372,3 +356,44 @@ class PPOModule(RLModule):
     def env_steps_per_training_step(self) -> float:
         hp = self.hparams
         return hp.num_envs * hp.num_steps_per_rollout * self.world_size / self.training_steps_per_collection
+
+
+def ppo_minibatch_loss(
+    model: ActorCritic | RecurrentActorCritic,
+    batch: PPOBatch | RecurrentPPOBatch,
+    clip_coef: float,
+    clip_vloss: bool,
+    vf_coef: float,
+    ent_coef: float,
+    norm_adv: bool,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO's update as a pure function (``PPOModule.training_step`` calls it, through ``torch.compile``
+    with ``compile=True``): the loss of one minibatch, differentiable w.r.t. ``model``'s parameters, and
+    the metrics it logs (detached): policy and value loss, mean entropy, approximate KL, clip fraction.
+
+    Args:
+        model: the actor-critic; a recurrent one replays the batch's whole sequences ``(batch_envs,
+            num_steps, ...)`` from their stored state (``RecurrentPPOBatch``).
+        batch: the minibatch, each field ``(batch, ...)``.
+        clip_coef: the surrogate's ratio clip (and the value clip, with ``clip_vloss``).
+        norm_adv: normalise the advantages over the minibatch.
+    """
+    if isinstance(batch, RecurrentPPOBatch):  # whole sequences from their stored state: (batch_envs, num_steps) each
+        logprobs, entropy, values = model.evaluate(batch.obs, batch.actions, batch.states, batch.episode_starts)
+        batch = PPOBatch(*(field.flatten(0, 1) for field in batch[:6]))
+        logprobs, entropy, values = logprobs.flatten(), entropy.flatten(), values.flatten()
+    else:
+        logprobs, entropy, values = model.evaluate(batch.obs, batch.actions)
+    advantages = normalize_advantages(batch.advantages) if norm_adv else batch.advantages
+    policy_loss = compute_ppo_policy_loss(logprobs, batch.logprobs, advantages, clip_coef)
+    value_loss = compute_ppo_value_loss(values, batch.values, batch.returns, clip_coef if clip_vloss else None)
+    loss = compute_ppo_loss(policy_loss, value_loss, entropy, vf_coef, ent_coef)
+    with torch.no_grad():
+        metrics = {
+            "losses/policy_loss": policy_loss.detach(),
+            "losses/value_loss": value_loss.detach(),
+            "losses/entropy": entropy.detach().mean(),
+            "losses/approx_kl": compute_approx_kl(logprobs, batch.logprobs),
+            "losses/clipfrac": compute_clip_fraction(logprobs, batch.logprobs, clip_coef),
+        }
+    return loss, metrics

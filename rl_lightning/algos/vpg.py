@@ -69,6 +69,9 @@ class VPGModule(RLModule):
         env_backend: ``"auto"`` (native torch env where there is one, else gymnasium's),
             ``"torch"``, or ``"gymnasium"`` (the adapter, also for a native id).
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
+        compile: the update (:func:`vpg_loss`, forward and backward) and the acting step through
+            ``torch.compile`` (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments
+            (``{"backend": "aot_eager"}``). The same losses and actions as without, to float tolerance.
     """
 
     log_per_epoch = True
@@ -102,8 +105,9 @@ class VPGModule(RLModule):
         network: nn.Module | None = None,
         env_backend: str = "auto",
         env_kwargs: dict[str, Any] | None = None,
+        compile: bool | dict[str, Any] = False,
     ):
-        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs)
+        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile)
         check_int("num_steps_per_rollout", num_steps_per_rollout, 1)
         check_float("lr", lr, 0.0, low_open=True)
         check_float("gamma", gamma, 0.0, 1.0)
@@ -152,23 +156,13 @@ class VPGModule(RLModule):
 
     def training_step(self, batch: RolloutTensors, batch_idx: int) -> Tensor:
         hp = self.hparams
-        # Returns in float32 whatever the precision: they sum hundreds of rewards.
-        returns = compute_returns(batch.rewards, batch.dones, hp.gamma)
-        if hp.normalize_returns:
-            returns = normalize_returns(returns)
-        logprobs = compute_logprobs(batch.obs, batch.actions, self.policy_network)
-        metrics: dict[str, Tensor | float] = {}
-        if hp.importance_weighting:
-            weights = compute_importance_weights(logprobs, batch.logprobs, hp.iw_clip)
-            metrics["losses/importance_weight"] = weights.mean()
-        else:
-            weights = torch.ones_like(logprobs)
-        objective = compute_reinforce_loss(returns, logprobs, weights)
-        metrics["losses/policy_objective"] = objective.detach()
+        loss, metrics = self.compiled(vpg_loss)(
+            self.policy_network, batch, hp.gamma, hp.normalize_returns, hp.importance_weighting, hp.iw_clip
+        )
         self.log_metrics(metrics)
         if self.source.collection.position == 0:  # once per rollout
             self.log_charts()
-        return -objective
+        return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.policy_network.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps)
@@ -210,3 +204,38 @@ class VPGModule(RLModule):
     def env_steps_per_training_step(self) -> float:
         hp = self.hparams
         return hp.num_envs * hp.num_steps_per_rollout * self.world_size / self.training_steps_per_collection
+
+
+def vpg_loss(
+    policy_network: PolicyNetwork,
+    batch: RolloutTensors,
+    gamma: float,
+    normalize: bool,
+    importance_weighting: bool,
+    iw_clip: float | None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """VPG's update as a pure function (``VPGModule.training_step`` calls it, through ``torch.compile``
+    with ``compile=True``): the loss ``-J`` of a batch of whole trajectories, differentiable w.r.t.
+    ``policy_network``'s parameters, and the metrics it logs (detached): the objective J and, with
+    ``importance_weighting``, the mean importance weight.
+
+    Args:
+        batch: the rollout's batch of envs, each field ``(batch_envs, num_steps, ...)``.
+        gamma: discount factor.
+        normalize: rescale the returns to zero mean, unit variance over the batch.
+        importance_weighting: weight by pi / pi_old, clamped to ``1 +- iw_clip`` (None: no clamp).
+    """
+    # Returns in float32 whatever the precision: they sum hundreds of rewards.
+    returns = compute_returns(batch.rewards, batch.dones, gamma)
+    if normalize:
+        returns = normalize_returns(returns)
+    logprobs = compute_logprobs(batch.obs, batch.actions, policy_network)
+    metrics: dict[str, Tensor] = {}
+    if importance_weighting:
+        weights = compute_importance_weights(logprobs, batch.logprobs, iw_clip)
+        metrics["losses/importance_weight"] = weights.mean()
+    else:
+        weights = torch.ones_like(logprobs)
+    objective = compute_reinforce_loss(returns, logprobs, weights)
+    metrics["losses/policy_objective"] = objective.detach()
+    return -objective, metrics
