@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import platform
+import os
 import statistics
 import sys
 import time
@@ -43,6 +43,7 @@ from typing import Any
 import lightning as L
 import torch
 import yaml
+from _time_to_solve import machine_line
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -259,6 +260,7 @@ class _PlainCallbacks:
         self.total_env_steps = module.planned_env_steps(updates)
         self.lr_decay: LinearLRDecay | None = None
         self.target_syncs: list[TargetNetworkSync] = []
+        self.last_periods: dict[int, int] = {}  # env_steps // every_n_env_steps at each sync's last check
         self.epsilon: EpsilonDecay | None = None
         for callback in module.configure_callbacks():
             if isinstance(callback, LinearLRDecay):
@@ -267,7 +269,7 @@ class _PlainCallbacks:
             elif isinstance(callback, TargetNetworkSync):
                 self.target_syncs.append(callback)
                 if callback.every_n_env_steps is not None:
-                    callback._last_period = module.env_steps // callback.every_n_env_steps
+                    self.last_periods[id(callback)] = module.env_steps // callback.every_n_env_steps
             elif isinstance(callback, EpsilonDecay):
                 self.epsilon = callback
                 module.epsilon = callback.value(module.env_steps, self.total_env_steps)
@@ -285,9 +287,9 @@ class _PlainCallbacks:
         for sync in self.target_syncs:
             if sync.every_n_env_steps is not None:
                 period = module.env_steps // sync.every_n_env_steps
-                if period == sync._last_period:
+                if period == self.last_periods[id(sync)]:
                     continue
-                sync._last_period = period
+                self.last_periods[id(sync)] = period
             elif sync.every_n_train_steps is not None and updates_done % sync.every_n_train_steps != 0:
                 continue
             for target, online in module.target_network_pairs():
@@ -427,7 +429,6 @@ def sb3_dqn(settings: dict[str, Any], updates: int):
 
 def sb3_sac(settings: dict[str, Any], updates: int):
     """SB3 SAC given configs/sac_pendulum.yaml's settings (bench_sac.py's ``same_settings``)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_sac import _sb3_model, same_settings
 
     kwargs, _, noise = same_settings("SAC")
@@ -519,20 +520,28 @@ def _format(value: float | None, digits: int = 2) -> str:
 
 def report(rows: list[Row], variants: list[str], results: dict, args: argparse.Namespace) -> str:
     def median(row: Row, variant: str, attribute: str) -> float | None:
-        values = [getattr(measure, attribute) for measure in results[row.key][variant] if measure is not None]
+        values = [getattr(measure, attribute) for measure in results[row.key].get(variant, []) if measure is not None]
         return statistics.median(values) if values else None
 
     clock = "wall s (CUDA synced)" if args.device == "cuda" else "CPU s"
     headers = [VARIANT_LABELS.get(variant, variant) for variant in variants]
     command = " ".join(["python benchmarks/bench_engine.py", *sys.argv[1:]])
+    import stable_baselines3
+
+    versions = {
+        "torch": torch.__version__,
+        "lightning": L.__version__,
+        "stable-baselines3": stable_baselines3.__version__,
+    }
+    gpu = f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""
     lines = [
         "# Engine speed at identical settings",
         "",
         f"Command: `{command}`",
-        f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}, 1 torch thread, torch {torch.__version__}, "
-        f"lightning {L.__version__}; ours on {args.device}, SB3 on the CPU. Steady state: the clock starts after "
-        "the warm-up updates (PPO: the first rollout's; the others: a tenth of the run, after the random warm-up), "
-        "so setup, the random warm-up and compilation are outside the rates; medians of the repeats. "
+        machine_line(versions, args.load_before),
+        f"Ours on {args.device}{gpu}, SB3 on the CPU. Steady state: the clock starts after the warm-up updates (PPO: "
+        "the first rollout's; the others: a tenth of the run, after the random warm-up), so setup, the random "
+        "warm-up and compilation are outside the rates; medians of the repeats. "
         "sb3: Stable-Baselines3 given the same settings on gymnasium's envs.",
         "",
         f"## env steps per {clock.split(' ')[0]} {clock.split(' ', 1)[1]}",
@@ -587,6 +596,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/engine.md"))
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
+    args.load_before = os.getloadavg()[0]
     if args.repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     torch.set_num_threads(1)
