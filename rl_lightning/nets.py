@@ -928,11 +928,15 @@ class SquashedGaussianActor(nn.Module):
     def _to_box(self, squashed: Tensor) -> Tensor:
         return (self.action_bias + self.action_scale * squashed).unflatten(-1, self.action_shape)
 
-    def sample(self, obs: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    def sample(
+        self, obs: Tensor, generator: torch.Generator | None = None, noise: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Reparameterised actions ``(batch, *action_shape)`` in the bounds and their log-probabilities
-        ``(batch,)`` (differentiable in the actor's parameters)."""
+        ``(batch,)`` (differentiable in the actor's parameters); ``noise``: the standard normal draws
+        ``(batch, action size)`` to use (drawn from ``generator`` if None)."""
         mean, log_std = self(obs)
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+        if noise is None:
+            noise = torch.randn(mean.shape, generator=generator, device=mean.device)
         pre_squash = mean + log_std.exp() * noise
         squashed = torch.tanh(pre_squash)
         gaussian = (-0.5 * noise.square() - log_std - _LOG_SQRT_2PI).sum(dim=-1)

@@ -81,6 +81,8 @@ class DQNModule(OffPolicyModule):
         env_backend: ``"auto"`` (native torch env where there is one, else gymnasium's),
             ``"torch"``, or ``"gymnasium"`` (the adapter, also for a native id).
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
+        compile: the update (:func:`dqn_loss`) and a native env's step through ``torch.compile``
+            (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments.
     """
 
     action_kinds = ("discrete",)
@@ -112,6 +114,7 @@ class DQNModule(OffPolicyModule):
         network: nn.Module | None = None,
         env_backend: str = "auto",
         env_kwargs: dict[str, Any] | None = None,
+        compile: bool | dict[str, Any] = False,
     ):
         super().__init__(
             env_id,
@@ -128,6 +131,7 @@ class DQNModule(OffPolicyModule):
             gamma,
             n_step,
             checkpoint_buffer,
+            compile,
         )
         check_float("lr", lr, 0.0, low_open=True)
         if max_grad_norm is not None:
@@ -186,33 +190,19 @@ class DQNModule(OffPolicyModule):
     # -- learning -------------------------------------------------------------------------
 
     def training_step(self, batch: ReplayBufferSamples, batch_idx: int) -> Tensor:
-        q_values = self.q_network(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
-        with torch.no_grad():
-            next_q_target = self.target_network(batch.next_obs)
-            next_q_online = self.q_network(batch.next_obs) if self.hparams.double_dqn else None
-            next_mask = self._action_mask(batch.next_obs)
-            if next_mask is not None:
-                # a' ranges over the next state's legal actions only; a terminal state may have none
-                # (its bootstrap is zeroed by the target anyway, so its max is set to 0, not -inf).
-                next_q_target = masked_logits(next_q_target, next_mask)
-                next_q_online = None if next_q_online is None else masked_logits(next_q_online, next_mask)
-            if next_q_online is not None:
-                # Double DQN: the online network picks a', the target network values it.
-                next_actions = next_q_online.argmax(dim=1, keepdim=True)
-                next_q_values = next_q_target.gather(1, next_actions).squeeze(1)
-            else:
-                next_q_values = next_q_target.max(dim=1).values
-            if next_mask is not None:
-                next_q_values = torch.where(next_mask.any(dim=1), next_q_values, 0.0)
-            td_targets = compute_td_target(batch.rewards, batch.terminated, next_q_values, self.discounts(batch))
-        loss = compute_td_loss(q_values, td_targets, self.hparams.loss)
+        hp = self.hparams
+        loss, q_mean = self.compiled(dqn_loss)(
+            self.q_network,
+            self.target_network,
+            batch,
+            self.discounts(batch),
+            self._action_mask(batch.next_obs),
+            hp.double_dqn,
+            hp.loss,
+        )
         if self.should_log():
             self.log_metrics(
-                {
-                    "losses/td_loss": loss.detach(),
-                    "losses/q_values": q_values.detach().mean(),
-                    "charts/epsilon": self._epsilon,
-                }
+                {"losses/td_loss": loss.detach(), "losses/q_values": q_mean, "charts/epsilon": self._epsilon}
             )
             self.log_charts()
         return loss
@@ -236,3 +226,42 @@ class DQNModule(OffPolicyModule):
     def load_extra_checkpoint_state(self, state: dict[str, Any]) -> None:
         super().load_extra_checkpoint_state(state)
         self._epsilon = float(state.get("epsilon", self._epsilon))
+
+
+def dqn_loss(
+    q_network: nn.Module,
+    target_network: nn.Module,
+    batch: ReplayBufferSamples,
+    discounts: float | Tensor,
+    next_mask: Tensor | None,
+    double_dqn: bool,
+    loss: str,
+) -> tuple[Tensor, Tensor]:
+    """DQN's update as a pure function (``DQNModule.training_step`` calls it, through ``torch.compile`` with
+    ``compile=True``): the TD loss of ``batch`` and the mean Q(s, a), without gradient.
+
+    Args:
+        discounts: ``gamma``, or the per-sample gamma^k of n-step samples.
+        next_mask: bool ``(batch, num_actions)``, the next states' legal actions, or None (no masks).
+        double_dqn: pick a' with ``q_network``, value it with ``target_network``; else max of the target.
+        loss: ``"mse"`` or ``"huber"``.
+    """
+    q_values = q_network(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
+    with torch.no_grad():
+        next_q_target = target_network(batch.next_obs)
+        next_q_online = q_network(batch.next_obs) if double_dqn else None
+        if next_mask is not None:
+            # a' ranges over the next state's legal actions only; a terminal state may have none
+            # (its bootstrap is zeroed by the target anyway, so its max is set to 0, not -inf).
+            next_q_target = masked_logits(next_q_target, next_mask)
+            next_q_online = None if next_q_online is None else masked_logits(next_q_online, next_mask)
+        if next_q_online is not None:
+            # Double DQN: the online network picks a', the target network values it.
+            next_actions = next_q_online.argmax(dim=1, keepdim=True)
+            next_q_values = next_q_target.gather(1, next_actions).squeeze(1)
+        else:
+            next_q_values = next_q_target.max(dim=1).values
+        if next_mask is not None:
+            next_q_values = torch.where(next_mask.any(dim=1), next_q_values, 0.0)
+        td_targets = compute_td_target(batch.rewards, batch.terminated, next_q_values, discounts)
+    return compute_td_loss(q_values, td_targets, loss), q_values.detach().mean()

@@ -72,6 +72,7 @@ class OffPolicyModule(RLModule):
             episode bootstrapping from its true final observation, a terminated one from zero.
         checkpoint_buffer: save the replay buffer in checkpoints (exact resume); without it a resumed
             run refills ``learning_starts`` random transitions.
+        compile: the update functions through ``torch.compile`` (``rl_lightning.compiling``).
     """
 
     def __init__(
@@ -90,8 +91,9 @@ class OffPolicyModule(RLModule):
         gamma: float,
         n_step: int,
         checkpoint_buffer: bool,
+        compile: bool | dict[str, Any] = False,
     ):
-        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs)
+        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile)
         check_buffer_settings(buffer_size, num_envs, n_step, gamma)
         check_int("batch_size", batch_size, 1)
         check_int("learning_starts", learning_starts, 0)

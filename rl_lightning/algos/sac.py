@@ -73,6 +73,8 @@ class SACModule(OffPolicyModule):
         checkpoint_buffer: save the replay buffer in checkpoints (exact resume).
         env_backend: ``"auto"``, ``"torch"`` or ``"gymnasium"``.
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}``.
+        compile: the update (:func:`sac_losses`) and a native env's step through ``torch.compile``
+            (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments.
     """
 
     action_kinds = ("box",)
@@ -101,6 +103,7 @@ class SACModule(OffPolicyModule):
         checkpoint_buffer: bool = True,
         env_backend: str = "auto",
         env_kwargs: dict[str, Any] | None = None,
+        compile: bool | dict[str, Any] = False,
     ):
         super().__init__(
             env_id,
@@ -117,6 +120,7 @@ class SACModule(OffPolicyModule):
             gamma,
             n_step,
             checkpoint_buffer,
+            compile,
         )
         check_float("lr", lr, 0.0, low_open=True)
         check_float("tau", tau, 0.0, 1.0, low_open=True)
@@ -166,37 +170,25 @@ class SACModule(OffPolicyModule):
     # -- learning -------------------------------------------------------------------------------
 
     def training_step(self, batch: ReplayBufferSamples, batch_idx: int) -> Tensor:
-        alpha = self.alpha
-        generator = self.update_generator
-        with torch.no_grad():
-            next_actions, next_logprobs = self.actor.sample(batch.next_obs, generator)
-            td_targets = compute_sac_target(
-                batch.rewards,
-                batch.terminated,
-                self.target_critic(batch.next_obs, next_actions),
-                next_logprobs,
-                alpha,
-                self.discounts(batch),
-            )
-        q_values = self.critic(batch.obs, batch.actions)
-        critic_loss = compute_ensemble_td_loss(q_values, td_targets)
-        actions, logprobs = self.actor.sample(batch.obs, generator)
-        actor_loss = compute_sac_actor_loss(self.critic(batch.obs, actions, detach_params=True), logprobs, alpha)
-        loss = critic_loss + actor_loss
+        # The update's random draws come from its own stream, here (the next actions', then the actions'),
+        # so that the update itself is a pure function of tensors (compiled with compile=True).
+        shape = (batch.rewards.shape[0], math.prod(self.action_shape))
+        next_noise = torch.randn(shape, generator=self.update_generator, device=self.device)
+        noise = torch.randn(shape, generator=self.update_generator, device=self.device)
         learned_alpha = isinstance(self.log_alpha, nn.Parameter)
-        if learned_alpha:
-            alpha_loss = compute_sac_alpha_loss(self.log_alpha, logprobs, self.target_entropy)
-            loss = loss + alpha_loss
+        loss, metrics = self.compiled(sac_losses)(
+            self.actor,
+            self.critic,
+            self.target_critic,
+            self.log_alpha,
+            batch,
+            self.discounts(batch),
+            next_noise,
+            noise,
+            self.target_entropy,
+            learned_alpha,
+        )
         if self.should_log():
-            metrics: dict[str, Tensor | float] = {
-                "losses/qf_loss": critic_loss.detach(),
-                "losses/qf_values": q_values.detach().mean(),
-                "losses/actor_loss": actor_loss.detach(),
-                "losses/alpha": alpha,
-                "losses/entropy": -logprobs.detach().mean(),
-            }
-            if learned_alpha:
-                metrics["losses/alpha_loss"] = alpha_loss.detach()
             self.log_metrics(metrics)
             self.log_charts()
         return loss
@@ -212,3 +204,56 @@ class SACModule(OffPolicyModule):
             *super().configure_callbacks(),
             TargetNetworkSync(every_n_env_steps=None, tau=self.hparams.tau),  # Polyak after every update
         ]
+
+
+def sac_losses(
+    actor: SquashedGaussianActor,
+    critic: CriticEnsemble,
+    target_critic: CriticEnsemble,
+    log_alpha: Tensor,
+    batch: ReplayBufferSamples,
+    discounts: float | Tensor,
+    next_noise: Tensor,
+    noise: Tensor,
+    target_entropy: float,
+    learned_alpha: bool,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """SAC's update as a pure function (``SACModule.training_step`` calls it, through ``torch.compile`` with
+    ``compile=True``): critic + actor (+ temperature) loss, each term reaching only its own parameters, and
+    the metrics to log (without gradient).
+
+    Args:
+        log_alpha: the temperature's log (a parameter if ``learned_alpha``, else a fixed buffer).
+        discounts: ``gamma``, or the per-sample gamma^k of n-step samples.
+        next_noise, noise: standard normal ``(batch, action size)`` draws of the next actions a' ~ pi(.|s')
+            and of the actions a ~ pi(.|s).
+        target_entropy: the entropy the temperature steers the policy to.
+    """
+    alpha = log_alpha.detach().exp()
+    with torch.no_grad():
+        next_actions, next_logprobs = actor.sample(batch.next_obs, noise=next_noise)
+        td_targets = compute_sac_target(
+            batch.rewards,
+            batch.terminated,
+            target_critic(batch.next_obs, next_actions),
+            next_logprobs,
+            alpha,
+            discounts,
+        )
+    q_values = critic(batch.obs, batch.actions)
+    critic_loss = compute_ensemble_td_loss(q_values, td_targets)
+    actions, logprobs = actor.sample(batch.obs, noise=noise)
+    actor_loss = compute_sac_actor_loss(critic(batch.obs, actions, detach_params=True), logprobs, alpha)
+    loss = critic_loss + actor_loss
+    metrics = {
+        "losses/qf_loss": critic_loss.detach(),
+        "losses/qf_values": q_values.detach().mean(),
+        "losses/actor_loss": actor_loss.detach(),
+        "losses/alpha": alpha,
+        "losses/entropy": -logprobs.detach().mean(),
+    }
+    if learned_alpha:
+        alpha_loss = compute_sac_alpha_loss(log_alpha, logprobs, target_entropy)
+        loss = loss + alpha_loss
+        metrics["losses/alpha_loss"] = alpha_loss.detach()
+    return loss, metrics

@@ -67,6 +67,8 @@ class TD3Module(OffPolicyModule):
         checkpoint_buffer: save the replay buffer in checkpoints (exact resume).
         env_backend: ``"auto"``, ``"torch"`` or ``"gymnasium"``.
         env_kwargs: for gymnasium envs.
+        compile: the update (:func:`td3_losses`) and a native env's step through ``torch.compile``
+            (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments.
     """
 
     action_kinds = ("box",)
@@ -96,6 +98,7 @@ class TD3Module(OffPolicyModule):
         checkpoint_buffer: bool = True,
         env_backend: str = "auto",
         env_kwargs: dict[str, Any] | None = None,
+        compile: bool | dict[str, Any] = False,
     ):
         super().__init__(
             env_id,
@@ -112,6 +115,7 @@ class TD3Module(OffPolicyModule):
             gamma,
             n_step,
             checkpoint_buffer,
+            compile,
         )
         check_float("lr", lr, 0.0, low_open=True)
         check_float("tau", tau, 0.0, 1.0, low_open=True)
@@ -165,29 +169,25 @@ class TD3Module(OffPolicyModule):
 
     def training_step(self, batch: ReplayBufferSamples, batch_idx: int) -> Tensor:
         hp = self.hparams
-        scale, low, high = self._bounds()
-        with torch.no_grad():
-            target_actions = self.target_actor(batch.next_obs)
-            noise = torch.randn(target_actions.shape, generator=self.update_generator, device=self.device)
-            next_actions = smooth_target_actions(
-                target_actions, noise * hp.target_noise, hp.target_noise_clip, scale, low, high
-            )
-            next_q_values = self.target_critic(batch.next_obs, next_actions)
-            td_targets = compute_td3_target(batch.rewards, batch.terminated, next_q_values, self.discounts(batch))
-        q_values = self.critic(batch.obs, batch.actions)
-        loss = compute_ensemble_td_loss(q_values, td_targets)
-        metrics: dict[str, Tensor | float] = {
-            "losses/qf_loss": loss.detach(),
-            "losses/qf_values": q_values.detach().mean(),
-        }
-        if (self.global_step + 1) % hp.policy_delay == 0:  # the delayed actor update (SB3's count)
-            actor_loss = -self.critic(batch.obs, self.actor(batch.obs), detach_params=True)[0].mean()
-            loss = loss + actor_loss
-            metrics["losses/actor_loss"] = actor_loss.detach()
+        # The target-smoothing noise comes from the update's own stream, here, so that the update itself is
+        # a pure function of tensors (compiled with compile=True).
+        shape = (batch.rewards.shape[0], *self.action_shape)
+        noise = torch.randn(shape, generator=self.update_generator, device=self.device)
+        update_actor = (self.global_step + 1) % hp.policy_delay == 0  # the delayed actor update (SB3's count)
+        loss, metrics = self.compiled(td3_losses)(
+            self.actor,
+            self.critic,
+            self.target_actor,
+            self.target_critic,
+            batch,
+            self.discounts(batch),
+            noise * hp.target_noise,
+            hp.target_noise_clip,
+            self._bounds(),
+            update_actor,
+        )
         if self.should_log():
-            self.log_metrics(
-                {name: value.detach() if isinstance(value, Tensor) else value for name, value in metrics.items()}
-            )
+            self.log_metrics(metrics)
             self.log_charts()
         return loss
 
@@ -215,6 +215,47 @@ class TD3Module(OffPolicyModule):
                 f"TD3Module(policy_delay={self.hparams.policy_delay}) under DDP: the actor has no gradient between "
                 "its delayed updates, which DDP must be told of: use strategy='ddp_find_unused_parameters_true'"
             )
+
+
+def td3_losses(
+    actor: DeterministicActor,
+    critic: CriticEnsemble,
+    target_actor: DeterministicActor,
+    target_critic: CriticEnsemble,
+    batch: ReplayBufferSamples,
+    discounts: float | Tensor,
+    target_noise: Tensor,
+    target_noise_clip: float,
+    bounds: tuple[Tensor, Tensor, Tensor],
+    update_actor: bool,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """TD3's update as a pure function (``TD3Module.training_step`` calls it, through ``torch.compile`` with
+    ``compile=True``): the critics' TD loss, plus the actor's ``-Q_1(s, actor(s))`` on its delayed steps,
+    and the metrics to log (without gradient).
+
+    Args:
+        discounts: ``gamma``, or the per-sample gamma^k of n-step samples.
+        target_noise: N(0, target_noise) draws like the actions (in units of the half-range).
+        target_noise_clip: the smoothing noise's bound.
+        bounds: the action's half-range, low and high bounds, shaped like one action.
+        update_actor: whether this step also updates the actor.
+    """
+    scale, low, high = bounds
+    with torch.no_grad():
+        next_actions = smooth_target_actions(
+            target_actor(batch.next_obs), target_noise, target_noise_clip, scale, low, high
+        )
+        td_targets = compute_td3_target(
+            batch.rewards, batch.terminated, target_critic(batch.next_obs, next_actions), discounts
+        )
+    q_values = critic(batch.obs, batch.actions)
+    loss = compute_ensemble_td_loss(q_values, td_targets)
+    metrics = {"losses/qf_loss": loss.detach(), "losses/qf_values": q_values.detach().mean()}
+    if update_actor:
+        actor_loss = -critic(batch.obs, actor(batch.obs), detach_params=True)[0].mean()
+        loss = loss + actor_loss
+        metrics["losses/actor_loss"] = actor_loss.detach()
+    return loss, metrics
 
 
 def _finds_unused_parameters(strategy: DDPStrategy) -> bool:

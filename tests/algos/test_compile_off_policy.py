@@ -1,0 +1,114 @@
+"""``compile=True`` for DQN, SAC and TD3: the compiled update gives the eager update's losses and weights.
+
+DQN's runs through inductor (the default ``torch.compile`` backend: generated C++ kernels, float tolerance);
+SAC's and TD3's through ``aot_eager`` (the same traced forward and backward graphs, run by eager kernels), which
+keeps this file's compile time to a few seconds on CI's two cores.
+"""
+
+import copy
+import pickle
+
+import lightning as L
+import pytest
+import torch
+
+from rl_lightning import DQNModule, SACModule, TD3Module
+from rl_lightning.algos.dqn import dqn_loss
+from rl_lightning.compiling import CompiledFunctions, check_compile
+
+STEPS = 40
+
+
+class _Losses(L.Callback):
+    def __init__(self):
+        self.losses = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.losses.append(float(outputs["loss"]))
+
+
+def _fit(module):
+    losses = _Losses()
+    trainer = L.Trainer(
+        max_steps=STEPS,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=10,
+        callbacks=[losses],
+    )
+    trainer.fit(module)
+    return torch.tensor(losses.losses), module
+
+
+def _assert_same_run(eager, compiled, rtol):
+    (eager_losses, eager_module), (compiled_losses, compiled_module) = eager, compiled
+    assert len(eager_losses) == len(compiled_losses) == STEPS
+    torch.testing.assert_close(compiled_losses, eager_losses, rtol=rtol, atol=1e-6)
+    eager_weights, compiled_weights = eager_module.state_dict(), compiled_module.state_dict()
+    assert eager_weights.keys() == compiled_weights.keys()
+    for name, weight in eager_weights.items():
+        torch.testing.assert_close(compiled_weights[name], weight, rtol=rtol, atol=1e-5, msg=name)
+    # The same transitions were collected (the actions are the networks' choices: they did not flip).
+    eager_buffer, compiled_buffer = eager_module.source.buffer, compiled_module.source.buffer
+    torch.testing.assert_close(compiled_buffer.actions, eager_buffer.actions, rtol=rtol, atol=1e-5)
+
+
+def test_dqn_compiled_update_matches_eager():
+    def make(compile):
+        return DQNModule(seed=3, learning_starts=200, steps_per_epoch=20, compile=compile)
+
+    eager, compiled = _fit(make(False)), _fit(make(True))
+    _assert_same_run(eager, compiled, rtol=1e-4)
+    assert compiled[1].compiled.compile_seconds["dqn_loss"] > 0  # the first call compiled, and was timed
+    assert eager[1].compiled.compile_seconds == {}
+    assert compiled[1].hparams.compile is True
+
+
+@pytest.mark.parametrize("algorithm", [SACModule, TD3Module])
+def test_continuous_compiled_update_matches_eager(algorithm):
+    def make(compile):
+        return algorithm(seed=1, learning_starts=300, steps_per_epoch=20, hidden_sizes=(32, 32), compile=compile)
+
+    eager, compiled = _fit(make(False)), _fit(make({"backend": "aot_eager"}))
+    _assert_same_run(eager, compiled, rtol=1e-6)
+    (name,) = compiled[1].compiled.compile_seconds
+    assert name == {SACModule: "sac_losses", TD3Module: "td3_losses"}[algorithm]
+
+
+def test_dqn_loss_is_the_training_step_loss():
+    module = DQNModule(seed=0, num_envs=2, batch_size=8, learning_starts=8)
+    source = module.make_source(module.make_envs(2, 0))
+    source.configure_run(0, 1, 0)
+    module.source = source
+    batch = source.next_batch()
+    loss, q_mean = dqn_loss(module.q_network, module.target_network, batch, 0.99, None, True, "mse")
+    assert torch.equal(module.training_step(batch, 0), loss)
+    q_values = module.q_network(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
+    torch.testing.assert_close(q_mean, q_values.mean())
+    assert not q_mean.requires_grad and loss.requires_grad
+
+
+def test_compile_argument_is_checked():
+    assert check_compile(False) is None
+    assert check_compile(True) == {}
+    assert check_compile({"mode": "max-autotune"}) == {"mode": "max-autotune"}
+    with pytest.raises(TypeError, match="compile must be a bool or a dict"):
+        DQNModule(compile="yes")
+    with pytest.raises(ValueError, match=r"compile got unknown torch.compile arguments \['modes'\]"):
+        SACModule(compile={"modes": "max-autotune"})
+
+
+def test_compiled_functions_are_not_pickled_or_copied():
+    compiled = CompiledFunctions({"backend": "eager"})
+
+    def double(x):
+        return 2 * x
+
+    assert torch.equal(compiled(double)(torch.ones(2)), torch.full((2,), 2.0))
+    assert "double" in compiled.compile_seconds
+    for other in (pickle.loads(pickle.dumps(compiled)), copy.deepcopy(compiled)):
+        assert other.options == {"backend": "eager"} and other._functions == {} and other.compile_seconds == {}
+    off = CompiledFunctions(None)
+    assert off(double) is double and not off.enabled
