@@ -266,6 +266,7 @@ class PPOModule(RLModule):
             obs_normalizer=self.obs_normalizer,
             reward_scaler=self.reward_scaler,
             reduce=self._sum_over_processes,
+            compiled=self.compiled,
         )
 
     def _sum_over_processes(self, tensor: Tensor) -> Tensor:

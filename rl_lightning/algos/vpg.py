@@ -185,6 +185,7 @@ class VPGModule(RLModule):
             rollout_use_count=hp.rollout_use_count,
             rollouts_per_epoch=hp.rollouts_per_epoch,
             full_reset=hp.full_reset,
+            compiled=self.compiled,
         )
 
     def greedy_policy(self) -> nn.Module:

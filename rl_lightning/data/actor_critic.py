@@ -12,11 +12,12 @@ import math
 from typing import Any, NamedTuple
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from rl_lightning._checks import check_int
+from rl_lightning.compiling import CompiledFunctions
 from rl_lightning.data.normalization import ObservationNormalizer, Reduce, RewardScaler
-from rl_lightning.data.rollout import RolloutCollection, RolloutSource, RolloutTensors
+from rl_lightning.data.rollout import RolloutCollection, RolloutSource, RolloutTensors, sample_from_noise
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.losses import compute_gae
 from rl_lightning.nets import ActorCritic
@@ -72,6 +73,8 @@ class ActorCriticSource(RolloutSource):
         obs_normalizer: normalise observations with running statistics (updated per rollout).
         reward_scaler: scale rewards by the running std of the discounted return.
         reduce: sums a tensor over all processes (for the running statistics under DDP).
+        compiled: ``RLModule.compiled``: with ``compile`` on, each step's normalisation, forward pass and
+            sampling run as one compiled function (:func:`actor_critic_step`); None: eager.
     """
 
     keeps_final_observations = True
@@ -91,6 +94,7 @@ class ActorCriticSource(RolloutSource):
         obs_normalizer: ObservationNormalizer | None = None,
         reward_scaler: RewardScaler | None = None,
         reduce: Reduce | None = None,
+        compiled: CompiledFunctions | None = None,
     ):
         # A pass over the rollout is VPG's "use" of it, a minibatch its batch; the envs run on across rollouts.
         super().__init__(
@@ -103,6 +107,7 @@ class ActorCriticSource(RolloutSource):
             seed=seed,
             world_size=world_size,
             env_steps=env_steps,
+            compiled=compiled,
         )
         self.update_epochs = update_epochs
         self.num_minibatches = num_minibatches
@@ -136,7 +141,13 @@ class ActorCriticSource(RolloutSource):
         return obs if self.obs_normalizer is None else self.obs_normalizer(obs)
 
     def _act(self, obs: Tensor, episode_start: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
+        if self._compiled_acting:
+            return self.compiled(actor_critic_step)(self.model, self.obs_normalizer, obs, self._draw_noise())
         return self.policy.sample(self._normalize(obs), self.generator)
+
+    @property
+    def _policy_head(self) -> nn.Module | None:
+        return self.model.actor.head if isinstance(self.model, ActorCritic) else None
 
     def _prepare(self, rollout: RolloutTensors) -> RolloutCollection:
         """The critic's bootstrap values, the advantages and the shuffled minibatches of a rollout."""
@@ -180,6 +191,17 @@ class ActorCriticSource(RolloutSource):
     def _batch(self, collection: RolloutCollection) -> PPOBatch:
         indices = collection.order[collection.position]
         return PPOBatch(*(field.index_select(0, indices) for field in collection.entries))
+
+
+def actor_critic_step(
+    model: ActorCritic, obs_normalizer: ObservationNormalizer | None, obs: Tensor, noise: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One acting step of an ``ActorCritic`` as a pure function (compiled with ``compile``): actions, their
+    log-probabilities and the values of ``obs`` ``(num_envs, *obs_shape)`` (normalised first, if
+    ``obs_normalizer``), sampled from the drawn ``noise``."""
+    params, values = model(obs if obs_normalizer is None else obs_normalizer(obs))
+    actions, logprobs = sample_from_noise(model.actor.head, params, noise)
+    return actions, logprobs, values
 
 
 class RecurrentPPOBatch(NamedTuple):

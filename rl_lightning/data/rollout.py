@@ -8,6 +8,8 @@ episode (the envs auto-reset).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -16,9 +18,11 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor, nn
 
+from rl_lightning.compiling import CompiledFunctions
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.spaces import as_tree, plain
+from rl_lightning.nets import CategoricalHead, GaussianHead, PolicyNetwork
 
 
 class RolloutTensors(NamedTuple):
@@ -240,6 +244,10 @@ class RolloutSource(EnvSource):
         seed: seed of the action-sampling generator.
         world_size: processes each running their own source (``env_steps`` counts them all).
         env_steps: env steps already taken (a resumed run).
+        compiled: ``RLModule.compiled``: with ``compile`` on, each step's policy forward pass and sampling run
+            as one compiled function (:func:`policy_step`) on random numbers drawn beforehand from the source's
+            generator (the same stream as eager sampling; a categorical or Gaussian head only, others act
+            eagerly); None: eager.
     """
 
     #: Whether the rollout keeps every step's ``info["final_observation"]`` (a critic bootstraps from it).
@@ -257,9 +265,11 @@ class RolloutSource(EnvSource):
         seed: int = 0,
         world_size: int = 1,
         env_steps: int = 0,
+        compiled: CompiledFunctions | None = None,
     ):
         super().__init__(envs, seed=seed, world_size=world_size, env_steps=env_steps)
         self.policy = policy
+        self.compiled = compiled
         self.rollout = Rollout(num_steps)
         self.num_steps = num_steps
         self.num_batches = num_batches
@@ -372,8 +382,58 @@ class RolloutSource(EnvSource):
     def _act(self, obs: Tensor, episode_start: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """One step of the policy on ``obs``: actions, their log-probabilities and the values (None without
         a critic). ``episode_start`` ``(num_envs,)`` says which obs start an episode."""
-        actions, logprobs = self.policy.sample(obs, self.generator)
+        if self._compiled_acting:
+            actions, logprobs = self.compiled(policy_step)(self.policy, obs, self._draw_noise())
+        else:
+            actions, logprobs = self.policy.sample(obs, self.generator)
         return actions, logprobs, None
+
+    @property
+    def _policy_head(self) -> nn.Module | None:
+        """The head whose sampling a compiled step replays (None: acting stays eager)."""
+        return self.policy.head if isinstance(self.policy, PolicyNetwork) else None
+
+    @cached_property
+    def _compiled_acting(self) -> bool:
+        """Whether acting runs compiled: ``compile`` is on and the head's random numbers can be drawn ahead."""
+        return self.compiled is not None and self.compiled.enabled and _noise_draw(self._policy_head) is not None
+
+    def _draw_noise(self) -> Tensor:
+        """The random numbers the policy head's ``sample`` would draw for one step of every env, from the
+        source's generator (drawn outside the compiled function: a ``torch.Generator`` cannot be traced)."""
+        draw, shape = _noise_draw(self._policy_head)
+        return draw((self.envs.num_envs, *shape), generator=self.generator, device=self.device)
+
+
+def _noise_draw(head: nn.Module | None) -> tuple[Callable[..., Tensor], tuple[int, ...]] | None:
+    """How ``head.sample`` draws its random numbers for one observation (torch.rand or torch.randn, and the
+    shape after the batch's), or None for a head whose sampling is not replayed from drawn numbers."""
+    if type(head) is CategoricalHead and not head.masked:
+        return torch.rand, (1,)
+    if type(head) is GaussianHead:
+        return torch.randn, head.action_shape
+    return None
+
+
+def sample_from_noise(head: CategoricalHead | GaussianHead, params: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
+    """``head.sample(params, generator)`` with its random numbers given (``noise``, as :func:`_noise_draw`
+    draws them): the same actions and log-probabilities for the same numbers (``nets.sample_categorical``,
+    ``GaussianHead.sample``)."""
+    if isinstance(head, GaussianHead):
+        log_std = head.log_std.float()
+        actions = params.float() + log_std.exp() * noise
+        per_dim = -0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)
+        return actions, per_dim.flatten(start_dim=1).sum(dim=-1)
+    log_probs = torch.log_softmax(params.float(), dim=-1)
+    cdf = log_probs.exp().cumsum(dim=-1)
+    actions = (cdf < noise).sum(dim=-1).clamp_(max=params.shape[-1] - 1)
+    return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
+def policy_step(policy: nn.Module, obs: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
+    """One acting step of a ``PolicyNetwork`` as a pure function (compiled with ``compile``): actions and
+    their log-probabilities for ``obs`` ``(num_envs, *obs_shape)`` from the drawn ``noise``."""
+    return sample_from_noise(policy.head, policy(obs), noise)
 
 
 def _state_before_the_rollout_record(state: dict[str, Any], episode_start: Tensor) -> dict[str, Any]:
