@@ -82,3 +82,14 @@ def test_quick_run_prints_every_row_with_positive_numbers(tmp_path):
                 assert value > 0, line
     assert re.search(r"DQN CartPole-v1: Lightning's share \(lightning vs plain\) [+-]\d+%; lightning vs SB3", text)
     assert re.search(r"bare Lightning step: Lightning's share", text)
+
+
+def test_compile_cell_is_na_for_an_algorithm_without_compile():
+    class WithoutCompile:  # an algorithm before it takes compile=True
+        def __init__(self, seed: int = 0):
+            raise AssertionError("not built: the cell is n/a")
+
+    row = bench_engine.Row("without", "without compile", WithoutCompile)
+    assert not bench_engine.accepts_compile(row)
+    assert bench_engine.run_compile(row, 10, torch.device("cpu")) is None
+    assert bench_engine.accepts_compile(bench_engine.ROWS["dqn_cartpole"])
