@@ -99,9 +99,9 @@ class PPOModule(RLModule):
         env_backend: ``"auto"`` (native torch env where there is one, else gymnasium's),
             ``"torch"``, or ``"gymnasium"`` (the adapter, also for a native id).
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
-        compile: the minibatch update (:func:`ppo_minibatch_loss`, forward and backward) and the acting step
-            through ``torch.compile`` (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments
-            (``{"backend": "aot_eager"}``). The same losses and actions as without, to float tolerance.
+        compile: the minibatch update (:func:`ppo_minibatch_loss`, forward and backward) and, on CUDA, the
+            acting step through ``torch.compile`` (``rl_lightning.compiling``); a dict gives ``torch.compile``'s
+            arguments (``{"backend": "aot_eager"}``). The same losses and actions as without, to float tolerance.
     """
 
     log_per_epoch = True

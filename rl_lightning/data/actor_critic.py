@@ -73,8 +73,9 @@ class ActorCriticSource(RolloutSource):
         obs_normalizer: normalise observations with running statistics (updated per rollout).
         reward_scaler: scale rewards by the running std of the discounted return.
         reduce: sums a tensor over all processes (for the running statistics under DDP).
-        compiled: ``RLModule.compiled``: with ``compile`` on, each step's normalisation, forward pass and
-            sampling run as one compiled function (:func:`actor_critic_step`); None: eager.
+        compiled: ``RLModule.compiled``: with ``compile`` on, on CUDA (``compiled_acting_devices``), each step's
+            normalisation, forward pass and sampling run as one compiled function (:func:`actor_critic_step`);
+            None: eager.
     """
 
     keeps_final_observations = True

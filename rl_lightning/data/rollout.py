@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -244,14 +244,19 @@ class RolloutSource(EnvSource):
         seed: seed of the action-sampling generator.
         world_size: processes each running their own source (``env_steps`` counts them all).
         env_steps: env steps already taken (a resumed run).
-        compiled: ``RLModule.compiled``: with ``compile`` on, each step's policy forward pass and sampling run
-            as one compiled function (:func:`policy_step`) on random numbers drawn beforehand from the source's
-            generator (the same stream as eager sampling; a categorical or Gaussian head only, others act
-            eagerly); None: eager.
+        compiled: ``RLModule.compiled``: with ``compile`` on, on CUDA (``compiled_acting_devices``), each step's
+            policy forward pass and sampling run as one compiled function (:func:`policy_step`) on random
+            numbers drawn beforehand from the source's generator (the same stream as eager sampling; a
+            categorical or Gaussian head only, others act eagerly); None: eager.
     """
 
     #: Whether the rollout keeps every step's ``info["final_observation"]`` (a critic bootstraps from it).
     keeps_final_observations = False
+    #: Device types on which ``compile`` also compiles the acting step. Not the CPU: there a compiled call's
+    #: fixed cost (guards, the wrapper, the extern matmuls) is what fusing a small policy's ~20 ops saves, and a
+    #: CartPole rollout (32 envs x 32 steps) took 8.9-10.2 ms compiled vs 7.3-8.4 ms eager; on CUDA the step
+    #: is launch-bound, and fusing its elementwise kernels cuts launches.
+    compiled_acting_devices: ClassVar[tuple[str, ...]] = ("cuda",)
 
     def __init__(
         self,
@@ -395,8 +400,14 @@ class RolloutSource(EnvSource):
 
     @cached_property
     def _compiled_acting(self) -> bool:
-        """Whether acting runs compiled: ``compile`` is on and the head's random numbers can be drawn ahead."""
-        return self.compiled is not None and self.compiled.enabled and _noise_draw(self._policy_head) is not None
+        """Whether acting runs compiled: ``compile`` is on, on a device of ``compiled_acting_devices``, and the
+        head's random numbers can be drawn ahead."""
+        return (
+            self.compiled is not None
+            and self.compiled.enabled
+            and self.device.type in self.compiled_acting_devices
+            and _noise_draw(self._policy_head) is not None
+        )
 
     def _draw_noise(self) -> Tensor:
         """The random numbers the policy head's ``sample`` would draw for one step of every env, from the
