@@ -1,11 +1,13 @@
-"""Env steps per second: rl_lightning's torch envs vs gymnasium's, CartPole and the rest of the
-classic-control suite (Acrobot, MountainCar, MountainCarContinuous, Pendulum).
+"""Env steps per second: rl_lightning's torch envs (eager and ``compile=True``) vs gymnasium's, CartPole
+and the rest of the classic-control suite (Acrobot, MountainCar, MountainCarContinuous, Pendulum).
 
-Both run on ONE CPU thread with random actions drawn each step in the library's own way
+All run on ONE CPU thread with random actions drawn each step in the library's own way
 (``VectorEnv.random_actions`` for ours, ``numpy.random.Generator`` for gymnasium), side by side in
 the same process. gymnasium runs its fastest vector env for the id: CartPole has a
 numpy-vectorised one (``gym.make_vec("CartPole-v1", vectorization_mode="vector_entry_point")``),
 the other classic-control envs only ``vectorization_mode="sync"`` (one Python env per copy).
+``compile=True``: ``make_envs(env_id, n, compile=True)``, the dynamics through ``torch.compile`` (CPU
+inductor); its first step (the compilation, reported as "compile s") is taken before any timing.
 
 Each (env, library, num_envs) is warmed up, then timed ``--repeats`` times for about ``--seconds``
 each (at least one step: gymnasium's sync Acrobot takes ~4 s per step of 65536 envs), the
@@ -44,19 +46,25 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 RESULTS_PATH = Path(__file__).parent / "results" / "envs.md"
-LIBRARIES = ("rl_lightning", "gymnasium")
+LIBRARIES = ("rl_lightning", "rl_lightning compiled", "gymnasium")
+# Peak memory is measured for these (the compiled env's state is the eager one's).
+MEMORY_LIBRARIES = ("rl_lightning", "gymnasium")
 ENV_IDS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1")
 # gymnasium's fastest vector env per id: numpy-vectorised where it has one, else one env per copy.
 GYMNASIUM_MODES = {"CartPole-v1": "vector_entry_point"}
 
 
-def _ours_stepper(env_id: str, num_envs: int, seed: int) -> Callable[[int], None]:
+#: Seconds the first step of each compiled env took (env_id, num_envs) -> s, filled by _compiled_stepper.
+COMPILE_SECONDS: dict[tuple[str, int], float] = {}
+
+
+def _ours_stepper(env_id: str, num_envs: int, seed: int, compile: bool = False) -> Callable[[int], None]:
     # Imported here, so that gymnasium's memory children neither load nor count torch.
     import torch
 
     from rl_lightning.envs import make_envs
 
-    env = make_envs(env_id, num_envs, seed=seed)
+    env = make_envs(env_id, num_envs, seed=seed, compile=compile)
     env.reset()
     generator = torch.Generator().manual_seed(seed + 1)
 
@@ -64,7 +72,14 @@ def _ours_stepper(env_id: str, num_envs: int, seed: int) -> Callable[[int], None
         for _ in range(num_steps):
             env.step(env.random_actions(generator))
 
+    if compile:
+        run(1)  # the compilation, outside every timing
+        COMPILE_SECONDS[env_id, num_envs] = env.compile_seconds
     return run
+
+
+def _compiled_stepper(env_id: str, num_envs: int, seed: int) -> Callable[[int], None]:
+    return _ours_stepper(env_id, num_envs, seed, compile=True)
 
 
 def _gymnasium_mode(env_id: str) -> str:
@@ -89,7 +104,7 @@ def _gymnasium_stepper(env_id: str, num_envs: int, seed: int) -> Callable[[int],
     return run
 
 
-_STEPPERS = {"rl_lightning": _ours_stepper, "gymnasium": _gymnasium_stepper}
+_STEPPERS = {"rl_lightning": _ours_stepper, "rl_lightning compiled": _compiled_stepper, "gymnasium": _gymnasium_stepper}
 
 
 def _seconds_per_step(run: Callable[[int], None], seconds: float) -> float:
@@ -205,28 +220,33 @@ def main() -> None:
     torch.set_num_threads(1)
     start = time.perf_counter()
     header = (
-        "| num_envs | rl_lightning steps/s | gymnasium steps/s | ours / gymnasium "
-        "| rl_lightning bytes/env | gymnasium bytes/env |"
+        "| num_envs | eager steps/s | compile=True steps/s | gymnasium steps/s | eager / gymnasium "
+        "| compiled / gymnasium | compile s | rl_lightning bytes/env | gymnasium bytes/env |"
     )
     rates = {}
     for env_id in args.envs:
-        print(f"{env_id} (gymnasium: {_gymnasium_mode(env_id)}): steps/s, ours / gymnasium", flush=True)
+        print(f"{env_id} (gymnasium: {_gymnasium_mode(env_id)}): steps/s eager, compiled, gymnasium", flush=True)
         for num_envs in args.sizes:
             repeats = measure_steps_per_second(env_id, num_envs, args.seconds, args.repeats)
             rates[env_id, num_envs] = {lib: statistics.median(repeats[lib]) for lib in LIBRARIES}
-            ours, theirs = rates[env_id, num_envs]["rl_lightning"], rates[env_id, num_envs]["gymnasium"]
-            print(f"  {num_envs}: {_format_rate(ours)} {_format_rate(theirs)} {ours / theirs:.2f}x", flush=True)
-    configs = [(lib, env_id, num_envs) for env_id in args.envs for num_envs in args.sizes for lib in LIBRARIES]
+            ours, compiled, theirs = (rates[env_id, num_envs][lib] for lib in LIBRARIES)
+            print(
+                f"  {num_envs}: {_format_rate(ours)} {_format_rate(compiled)} {_format_rate(theirs)} "
+                f"{ours / theirs:.2f}x {compiled / theirs:.2f}x",
+                flush=True,
+            )
+    configs = [(lib, env_id, num_envs) for env_id in args.envs for num_envs in args.sizes for lib in MEMORY_LIBRARIES]
     memory = {config: "-" for config in configs} if args.no_memory else _measure_memory(configs)
 
     sections = []
     for env_id in args.envs:
-        rows = [header, "|---:|---:|---:|---:|---:|---:|"]
+        rows = [header, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for num_envs in args.sizes:
             rate = rates[env_id, num_envs]
+            ours, compiled, theirs = (rate[lib] for lib in LIBRARIES)
             rows.append(
-                f"| {num_envs} | {_format_rate(rate['rl_lightning'])} | {_format_rate(rate['gymnasium'])} "
-                f"| {rate['rl_lightning'] / rate['gymnasium']:.2f}x "
+                f"| {num_envs} | {_format_rate(ours)} | {_format_rate(compiled)} | {_format_rate(theirs)} "
+                f"| {ours / theirs:.2f}x | {compiled / theirs:.2f}x | {COMPILE_SECONDS[env_id, num_envs]:.1f} "
                 f"| {memory['rl_lightning', env_id, num_envs]} | {memory['gymnasium', env_id, num_envs]} |"
             )
         mode = _gymnasium_mode(env_id)
@@ -240,15 +260,17 @@ def main() -> None:
         f"Machine: {machine_description()}.\n\n"
         f"Env steps/s = num_envs x vector steps per second, random actions sampled every step; "
         f"median of {args.repeats} repeats of ~{args.seconds:g} s (at least one step) after warm-up, "
-        "the two libraries taking turns repeat by repeat. gymnasium: its fastest vector env per id "
-        "(numpy-vectorised CartPole; the other classic-control envs exist only as one Python env "
-        "per copy, `sync`). bytes/env: growth of peak RSS in a fresh subprocess (200 steps; 3 for "
+        "eager, compiled and gymnasium taking turns repeat by repeat. compile s: the compiled env's first "
+        "step (torch.compile of its dynamics; a second env of the same size and dtype reuses it). "
+        "gymnasium: its fastest vector env per id (numpy-vectorised CartPole; the other classic-control envs "
+        "exist only as one Python env per copy, `sync`). bytes/env: growth of peak RSS in a fresh "
+        "subprocess (200 steps; 3 for "
         f"gymnasium's sync envs), over a 1-env baseline. Whole run: {time.perf_counter() - start:.0f} s.\n"
     )
     print(notes)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(
-        "# Classic-control env throughput: rl_lightning vs gymnasium (one CPU thread)\n\n"
+        "# Classic-control env throughput: rl_lightning eager and compile=True vs gymnasium (one CPU thread)\n\n"
         f"Command: `python benchmarks/bench_envs.py {' '.join(sys.argv[1:])}`\n\n" + "\n".join(sections) + f"\n{notes}"
     )
     print(f"wrote {args.output}")

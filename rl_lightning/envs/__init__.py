@@ -25,11 +25,13 @@ from rl_lightning.envs.registry import make_envs, register, registered_env_ids, 
 from rl_lightning.envs.structured_probes import DictProbe, MaskedProbe, MultiBinaryProbe, MultiDiscreteProbe
 
 
-def _deprecated_cartpole_gpu(num_envs: int, seed: int | None = None, device: torch.device | str = "cpu") -> CartPole:
+def _deprecated_cartpole_gpu(
+    num_envs: int, seed: int | None = None, device: torch.device | str = "cpu", compile: bool = False
+) -> CartPole:
     """``"CartPole-gpu"``, an older name of ``"CartPole-v1"``: the same env, with a warning."""
     # stacklevel 3: this factory, make_envs, then the caller of make_envs.
     warnings.warn('env id "CartPole-gpu" is deprecated: use "CartPole-v1"', DeprecationWarning, stacklevel=3)
-    return CartPole(num_envs, seed, device)
+    return CartPole(num_envs, seed, device, compile=compile)
 
 
 # solved_return: gymnasium's reward_threshold where it has one; Pendulum-v1 has none, -200 is the

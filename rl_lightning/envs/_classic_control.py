@@ -3,12 +3,20 @@ constructor, the physical state stored as rows, the per-env episode clock and ti
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import Any
+
 import gymnasium as gym
 import torch
 from torch import Tensor
 
-from rl_lightning._checks import check_int
+from rl_lightning._checks import check_bool, check_int
 from rl_lightning.envs.base import VectorEnv
+
+# The inputs' sizes and strides are guarded already (dynamic=False); inductor's own asserts of them
+# cost ~10 us a call, a sixth of a compiled CartPole step at 4,096 envs (measured).
+_COMPILE_OPTIONS = {"size_asserts": False, "alignment_asserts": False}
 
 
 class ClassicControlEnv(VectorEnv):
@@ -24,6 +32,10 @@ class ClassicControlEnv(VectorEnv):
             float64: trajectories then agree with it to rounding; each env says how closely).
             Observations are float32 either way.
         max_episode_steps: the time limit (None: gymnasium's, ``default_max_episode_steps``).
+        compile: run the dynamics (``dynamics``, a pure function of the state, the actions and
+            constant tensors) through ``torch.compile(dynamic=False)``, built on the first step
+            (the seconds it took: :attr:`compile_seconds`). Resets and random draws stay eager, so
+            the random streams are the eager env's; the numbers agree with it to float rounding.
 
     ``env.state`` is the physical state ``(num_envs, state_size)``; it may be read and assigned
     (``env.state = s`` or ``env.state[i] = s_i``).
@@ -31,7 +43,7 @@ class ClassicControlEnv(VectorEnv):
     Subclasses set ``state_size`` and ``default_max_episode_steps`` and implement ``_spaces``
     (called first), ``_setup`` (their constants, once the base is built), ``_random_states``,
     ``_step`` (which calls :meth:`_end_step` for the time limit and the auto-reset) and, unless
-    the observation is the state, ``_obs``.
+    the observation is the state, ``_obs``; ``_step`` calls the dynamics through :meth:`_dynamics`.
     """
 
     #: Length of one env's physical state (gymnasium's ``len(env.unwrapped.state)``).
@@ -39,6 +51,8 @@ class ClassicControlEnv(VectorEnv):
     #: gymnasium's time limit for the env.
     default_max_episode_steps: int
     _state_attributes = ("_state", "_clock", "_episode_start")
+    #: The env's dynamics as a pure function of tensors (a ``staticmethod``), what ``compile=True`` compiles.
+    dynamics: Callable[..., Any]
 
     def __init__(
         self,
@@ -47,7 +61,13 @@ class ClassicControlEnv(VectorEnv):
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
         max_episode_steps: int | None = None,
+        compile: bool = False,
     ):
+        #: Whether the dynamics run through ``torch.compile``.
+        self.compile = check_bool("compile", compile)
+        self._compiled_dynamics: Callable[..., Any] | None = None
+        #: Seconds the first compiled step took (compilation included); None before it or without compile.
+        self.compile_seconds: float | None = None
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
         if max_episode_steps is None:
@@ -69,6 +89,29 @@ class ClassicControlEnv(VectorEnv):
         generator_state = self.generator.get_state()
         self._reset_all()
         self.generator.set_state(generator_state)
+
+    def _dynamics(self, *args: Any) -> Any:
+        """``self.dynamics(*args)``, through ``torch.compile`` with ``compile=True`` (built on the
+        first call; torch caches the compiled code per function and shape, so a second env of the
+        same size and dtype reuses it)."""
+        if not self.compile:
+            return self.dynamics(*args)
+        if self._compiled_dynamics is None:
+            self._compiled_dynamics = torch.compile(
+                self.dynamics, dynamic=False, fullgraph=True, options=_COMPILE_OPTIONS
+            )
+            start = time.perf_counter()
+            *outputs, terminated = self._compiled_dynamics(*args)
+            self.compile_seconds = time.perf_counter() - start
+        else:
+            *outputs, terminated = self._compiled_dynamics(*args)
+        return *outputs, terminated.bool()  # see compiled_flags
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A compiled function cannot be pickled or deep-copied: the copy compiles again on its first step.
+        state = self.__dict__.copy()
+        state["_compiled_dynamics"] = None
+        return state
 
     def _spaces(self) -> tuple[gym.spaces.Box, gym.spaces.Discrete | gym.spaces.Box]:
         """``(single_observation_space, single_action_space)``, gymnasium's."""
@@ -144,3 +187,13 @@ class ClassicControlEnv(VectorEnv):
         sync to find which ones did, and the same draws whatever happened."""
         self._episode_start.masked_fill_(done, self._clock)
         self._state = torch.where(done, self._random_states(), final)
+
+
+def compiled_flags(flags: Tensor) -> Tensor:
+    """A dynamics function's bool output (its last, ``terminated``) as it leaves a compiled region:
+    float32 on the CPU, where inductor's code stores a bool vector ~10 ns per element, 3x the rest
+    of the CartPole step (measured at 65,536 envs), and a float one at memory speed;
+    :meth:`ClassicControlEnv._dynamics` turns it back into bool. Eagerly and on other devices: ``flags``."""
+    if torch.compiler.is_compiling() and flags.device.type == "cpu":
+        return flags.float()
+    return flags

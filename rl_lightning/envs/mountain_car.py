@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning.envs._classic_control import ClassicControlEnv
+from rl_lightning.envs._classic_control import ClassicControlEnv, compiled_flags
 from rl_lightning.envs.render import disc, paint, pixel_grid, rectangle
 
 # gymnasium.envs.classic_control.mountain_car.MountainCarEnv's constants (the continuous env
@@ -32,6 +32,139 @@ CONTINUOUS_GOAL_REWARD = 100.0
 CONTINUOUS_MAX_EPISODE_STEPS = 999
 
 
+class MountainCarConstants(NamedTuple):
+    """The tensors the MountainCar dynamics read, in the state's dtype and device."""
+
+    three: Tensor
+    min_position: Tensor
+    goal_position: Tensor
+    goal_velocity: Tensor
+    zero: Tensor
+    forces: Tensor  # (3,): MountainCar-v0's action -> change of velocity
+    power: Tensor  # float32 like the action: gymnasium multiplies its float32 action in float32 too
+    goal_reward: Tensor
+
+    @classmethod
+    def make(cls, goal_position: float, dtype: torch.dtype, device: torch.device | str) -> MountainCarConstants:
+        def constant(value: float) -> Tensor:
+            return torch.tensor(value, dtype=dtype, device=device)
+
+        return cls(
+            constant(3.0),
+            constant(MIN_POSITION),
+            constant(goal_position),
+            constant(GOAL_VELOCITY),
+            constant(0.0),
+            torch.tensor([-FORCE, 0.0, FORCE], dtype=dtype, device=device),
+            torch.tensor(POWER, device=device),
+            constant(CONTINUOUS_GOAL_REWARD),
+        )
+
+
+def _move(state: Tensor, acceleration: Tensor, constants: MountainCarConstants) -> tuple[Tensor, Tensor]:
+    """The car's motion (the one copy of it): ``state`` ``(2, n)`` after ``velocity += acceleration``
+    and ``position += velocity``, in ``state``'s dtype, and terminated."""
+    position, velocity = state.unbind()
+    if torch.compiler.is_compiling():  # rows stacked, not written into views (see cartpole_step)
+        velocity = torch.add(velocity, acceleration).clamp(-MAX_SPEED, MAX_SPEED)
+        position = torch.add(position, velocity).clamp(MIN_POSITION, MAX_POSITION)
+        velocity = velocity.masked_fill((position == constants.min_position) & (velocity < constants.zero), 0.0)
+        final = torch.stack([position, velocity])
+    else:
+        final = torch.empty_like(state)
+        # Both are clipped to their ranges.
+        torch.add(velocity, acceleration, out=final[1]).clamp_(-MAX_SPEED, MAX_SPEED)
+        torch.add(position, final[1], out=final[0]).clamp_(MIN_POSITION, MAX_POSITION)
+        # The left wall stops the car: a velocity into it becomes 0.
+        final[1].masked_fill_((final[0] == constants.min_position) & (final[1] < constants.zero), 0.0)
+    terminated = (final[0] >= constants.goal_position) & (final[1] >= constants.goal_velocity)
+    return final, terminated
+
+
+def _gravity_step(state: Tensor, force: Tensor, constants: MountainCarConstants) -> tuple[Tensor, Tensor]:
+    """gymnasium's step: ``velocity += force - gravity cos(3 position)``, then :func:`_move`."""
+    acceleration = torch.add(force, torch.cos(state[0] * constants.three), alpha=-GRAVITY)
+    return _move(state, acceleration, constants)
+
+
+def mountain_car_dynamics(
+    state: Tensor, actions: Tensor, constants: MountainCarConstants
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:class:`MountainCar`'s dynamics, what ``compile=True`` compiles.
+
+    Args:
+        state: ``(2, n)`` (position, velocity), float32 or float64.
+        actions: int32 or int64 ``(n,)`` in ``{0, 1, 2}``.
+
+    Returns:
+        The next state ``(2, n)`` (before any reset), reward float32 ``(n,)`` (-1) and terminated bool ``(n,)``.
+    """
+    final, terminated = _gravity_step(state, constants.forces.index_select(0, actions), constants)
+    reward = torch.full(terminated.shape, -1.0, device=terminated.device)
+    return final, reward, compiled_flags(terminated)
+
+
+def mountain_car_continuous_dynamics(
+    state: Tensor,
+    actions: Tensor,
+    unclipped_actions: Tensor,
+    first_step: Tensor | None,
+    constants: MountainCarConstants,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:class:`MountainCarContinuous`'s dynamics, what ``compile=True`` compiles.
+
+    Args:
+        state: ``(2, n)`` (position, velocity), float32 or float64.
+        actions: float32 ``(n, 1)`` clipped to [-1, 1]; ``unclipped_actions`` as given.
+        first_step: float64 only: bool ``(n,)``, whether it is the episode's first step (None for float32).
+
+    Returns:
+        The next state ``(2, n)`` (before any reset), reward float32 ``(n,)`` (``-0.1 action^2``,
+        +100 on reaching the flag) and terminated bool ``(n,)``.
+    """
+    if state.dtype == torch.float32:
+        final, terminated = _gravity_step(state, actions[:, 0] * constants.power, constants)
+    else:
+        final, terminated = _continuous_step_in_gymnasium_precision(
+            state, actions, unclipped_actions, first_step, constants
+        )
+    # gymnasium clips the force but its reward penalises the action as given.
+    action = unclipped_actions[:, 0].to(state.dtype)
+    bonus = torch.where(terminated, constants.goal_reward, constants.zero)
+    reward = torch.addcmul(bonus, action, action, value=-0.1).float()
+    return final, reward, compiled_flags(terminated)
+
+
+def _continuous_step_in_gymnasium_precision(
+    state: Tensor, actions: Tensor, unclipped_actions: Tensor, first_step: Tensor, constants: MountainCarConstants
+) -> tuple[Tensor, Tensor]:
+    """The float64 step: gymnasium's own precision. Its state is float64 after a reset and float32
+    after every step, and numpy 2 keeps float32 arithmetic with Python floats. So an episode's first
+    step is computed in float64, every later one in float32; the state is stored rounded to float32."""
+    force = actions[:, 0]
+    within_bounds = force == unclipped_actions[:, 0]
+    final64, terminated64 = _move_in(state, torch.float64, force, within_bounds, constants)
+    final32, terminated32 = _move_in(state, torch.float32, force, within_bounds, constants)
+    final = torch.where(first_step, final64, final32).float().double()
+    return final, torch.where(first_step, terminated64, terminated32)
+
+
+def _move_in(
+    state: Tensor, dtype: torch.dtype, force: Tensor, within_bounds: Tensor, constants: MountainCarConstants
+) -> tuple[Tensor, Tensor]:
+    """gymnasium's step with its state in ``dtype``: the next state (float64) and terminated.
+    The cosine is float64 in both dtypes (math.cos), the engine term of a float32 action
+    within the bounds float32 in both."""
+    state = state.to(dtype)
+    gravity_term = torch.cos((state[0] * 3.0).double()).mul_(GRAVITY)
+    # A float32 action times and minus Python floats stays float32; a clipped action is the
+    # Python float +-1, and its term float64 (rounded only when added to a float32 velocity).
+    engine_term = (force * constants.power).sub_(gravity_term.float()).double()
+    clipped_term = force.double().mul_(POWER).sub_(gravity_term)
+    final, terminated = _move(state, torch.where(within_bounds, engine_term, clipped_term).to(dtype), constants)
+    return final.double(), terminated
+
+
 class _MountainCarBase(ClassicControlEnv):
     """The dynamics both MountainCars share; subclasses give the force and the reward."""
 
@@ -48,54 +181,19 @@ class _MountainCarBase(ClassicControlEnv):
         raise NotImplementedError
 
     def _setup(self) -> None:
-        self._three = self._constant(3.0)
-        self._min_position = self._constant(MIN_POSITION)
-        self._goal_position = self._constant(self.goal_position)
-        self._goal_velocity = self._constant(GOAL_VELOCITY)
-        self._zero = self._constant(0.0)
+        self._constants = MountainCarConstants.make(self.goal_position, self.dtype, self.device)
 
     def _random_states(self) -> Tensor:
         states = torch.zeros(2, self.num_envs, dtype=self.dtype, device=self.device)
         states[0].uniform_(RESET_LOW, RESET_HIGH, generator=self.generator)
         return states
 
-    def _step(
-        self, actions: Tensor, unclipped_actions: Tensor | None = None
+    def _finish_step(
+        self, final: Tensor, reward: Tensor, terminated: Tensor
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
-        if unclipped_actions is None:  # only MountainCarContinuous penalises the action as given
-            unclipped_actions = actions
-        final, terminated = self._next_state(actions, unclipped_actions)
         final_obs = self._obs(final, private=True)  # the env keeps no reference to `final`
         truncated, obs = self._end_step(final, terminated)
-        reward = self._reward(terminated, unclipped_actions)
         return obs, reward, terminated, truncated, {"final_observation": final_obs}
-
-    def _next_state(self, actions: Tensor, unclipped_actions: Tensor) -> tuple[Tensor, Tensor]:
-        """gymnasium's step of every env: the next state ``(2, num_envs)`` and terminated."""
-        position = self._state[0]
-        # velocity += force - gravity cos(3 position)
-        acceleration = torch.add(self._force(actions), torch.cos(position * self._three), alpha=-GRAVITY)
-        return self._move(self._state, acceleration)
-
-    def _move(self, state: Tensor, acceleration: Tensor) -> tuple[Tensor, Tensor]:
-        """The car's motion (the one copy of it): ``state`` ``(2, num_envs)`` after ``velocity +=
-        acceleration`` and ``position += velocity``, in ``state``'s dtype, and terminated."""
-        position, velocity = state.unbind()
-        final = torch.empty_like(state)
-        # Both are clipped to their ranges.
-        torch.add(velocity, acceleration, out=final[1]).clamp_(-MAX_SPEED, MAX_SPEED)
-        torch.add(position, final[1], out=final[0]).clamp_(MIN_POSITION, MAX_POSITION)
-        # The left wall stops the car: a velocity into it becomes 0.
-        final[1].masked_fill_((final[0] == self._min_position) & (final[1] < self._zero), 0.0)
-        terminated = (final[0] >= self._goal_position) & (final[1] >= self._goal_velocity)
-        return final, terminated
-
-    def _force(self, actions: Tensor) -> Tensor:
-        """The engine's change of velocity ``(num_envs,)`` for (clipped) ``actions``."""
-        raise NotImplementedError
-
-    def _reward(self, terminated: Tensor, unclipped_actions: Tensor) -> Tensor:
-        raise NotImplementedError
 
     def draw(self, obs: Tensor) -> Tensor:
         return paint(obs, functools.partial(_mountain_car_labels, goal_position=self.goal_position), _PALETTE, 80, 120)
@@ -113,21 +211,15 @@ class MountainCar(_MountainCarBase):
 
     goal_position = GOAL_POSITION
     default_max_episode_steps = MAX_EPISODE_STEPS
+    dynamics = staticmethod(mountain_car_dynamics)
 
     def _action_space(self) -> gym.spaces.Discrete:
         return gym.spaces.Discrete(3)
 
-    def _setup(self) -> None:
-        super()._setup()
-        self._forces = torch.tensor([-FORCE, 0.0, FORCE], dtype=self.dtype, device=self.device)
-
-    def _force(self, actions: Tensor) -> Tensor:
+    def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         if actions.dtype not in (torch.int32, torch.int64):
             actions = actions.long()
-        return self._forces.index_select(0, actions)
-
-    def _reward(self, terminated: Tensor, unclipped_actions: Tensor) -> Tensor:
-        return torch.full((self.num_envs,), -1.0, device=self.device)
+        return self._finish_step(*self._dynamics(self._state, actions, self._constants))
 
 
 class MountainCarContinuous(_MountainCarBase):
@@ -147,15 +239,10 @@ class MountainCarContinuous(_MountainCarBase):
 
     goal_position = CONTINUOUS_GOAL_POSITION
     default_max_episode_steps = CONTINUOUS_MAX_EPISODE_STEPS
+    dynamics = staticmethod(mountain_car_continuous_dynamics)
 
     def _action_space(self) -> gym.spaces.Box:
         return gym.spaces.Box(-1.0, 1.0, (1,), dtype=np.float32)
-
-    def _setup(self) -> None:
-        super()._setup()
-        self._goal_reward = self._constant(CONTINUOUS_GOAL_REWARD)
-        # float32 like the action: gymnasium multiplies its float32 action in float32 too.
-        self._power = torch.tensor(POWER, device=self.device)
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         self._check_actions(actions)
@@ -163,40 +250,15 @@ class MountainCarContinuous(_MountainCarBase):
         # gymnasium clips the force but its reward penalises the action as given.
         return self._step(actions.clamp(-1.0, 1.0), unclipped_actions=actions)
 
-    def _force(self, actions: Tensor) -> Tensor:
-        return actions[:, 0] * self._power
-
-    def _reward(self, terminated: Tensor, unclipped_actions: Tensor) -> Tensor:
-        action = unclipped_actions[:, 0].to(self.dtype)
-        bonus = torch.where(terminated, self._goal_reward, self._zero)
-        return torch.addcmul(bonus, action, action, value=-0.1).float()
-
-    def _next_state(self, actions: Tensor, unclipped_actions: Tensor) -> tuple[Tensor, Tensor]:
-        if self.dtype == torch.float32:
-            return super()._next_state(actions, unclipped_actions)
-        # gymnasium's own precision: its state is float64 after a reset and float32 after every
-        # step, and numpy 2 keeps float32 arithmetic with Python floats. So an episode's first step
-        # is computed in float64, every later one in float32; the state is stored rounded to float32.
-        first_step = self._episode_start == self._clock
-        force = actions[:, 0]
-        within_bounds = force == unclipped_actions[:, 0]
-        final64, terminated64 = self._move_in(torch.float64, force, within_bounds)
-        final32, terminated32 = self._move_in(torch.float32, force, within_bounds)
-        final = torch.where(first_step, final64, final32).float().double()
-        return final, torch.where(first_step, terminated64, terminated32)
-
-    def _move_in(self, dtype: torch.dtype, force: Tensor, within_bounds: Tensor) -> tuple[Tensor, Tensor]:
-        """gymnasium's step with its state in ``dtype``: the next state (float64) and terminated.
-        The cosine is float64 in both dtypes (math.cos), the engine term of a float32 action
-        within the bounds float32 in both."""
-        state = self._state.to(dtype)
-        gravity_term = torch.cos((state[0] * 3.0).double()).mul_(GRAVITY)
-        # A float32 action times and minus Python floats stays float32; a clipped action is the
-        # Python float +-1, and its term float64 (rounded only when added to a float32 velocity).
-        engine_term = (force * self._power).sub_(gravity_term.float()).double()
-        clipped_term = force.double().mul_(POWER).sub_(gravity_term)
-        final, terminated = self._move(state, torch.where(within_bounds, engine_term, clipped_term).to(dtype))
-        return final.double(), terminated
+    def _step(
+        self, actions: Tensor, unclipped_actions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
+        if unclipped_actions is None:
+            unclipped_actions = actions
+        # float64 computes an episode's first step in float64 (see _continuous_step_in_gymnasium_precision).
+        first_step = None if self.dtype == torch.float32 else self._episode_start == self._clock
+        dynamics = self._dynamics(self._state, actions, unclipped_actions, first_step, self._constants)
+        return self._finish_step(*dynamics)
 
 
 # Label -> colour, for the label maps _mountain_car_labels paints.

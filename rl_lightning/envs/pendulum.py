@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from rl_lightning._checks import check_float
-from rl_lightning.envs._classic_control import ClassicControlEnv
+from rl_lightning.envs._classic_control import ClassicControlEnv, compiled_flags
 from rl_lightning.envs.render import disc, paint, pixel_grid, rectangle
 
 # gymnasium.envs.classic_control.pendulum.PendulumEnv's constants.
@@ -23,6 +23,54 @@ MASS = 1.0
 LENGTH = 1.0
 RESET_ANGLE, RESET_SPEED = math.pi, 1.0
 MAX_EPISODE_STEPS = 200
+
+
+class PendulumConstants(NamedTuple):
+    """What :func:`pendulum_dynamics` reads: tensors in the state's dtype and device, and gravity's gain."""
+
+    pi: Tensor
+    torque_gain: Tensor  # float32 like the action: gymnasium multiplies its float32 action in float32 too
+    gravity_gain: float  # 3 g / (2 l)
+
+    @classmethod
+    def make(cls, gravity: float, dtype: torch.dtype, device: torch.device | str) -> PendulumConstants:
+        return cls(
+            torch.tensor(math.pi, dtype=dtype, device=device),
+            torch.tensor(3.0 / (MASS * LENGTH**2), device=device),
+            3 * gravity / (2 * LENGTH),
+        )
+
+
+def pendulum_dynamics(state: Tensor, actions: Tensor, constants: PendulumConstants) -> tuple[Tensor, Tensor, Tensor]:
+    """:class:`Pendulum`'s dynamics, what ``compile=True`` compiles.
+
+    Args:
+        state: ``(2, n)`` (angle, angular velocity), float32 or float64.
+        actions: float32 ``(n, 1)`` torques, clipped to [-2, 2].
+        constants: :class:`PendulumConstants` of ``state``'s dtype and device.
+
+    Returns:
+        The next state ``(2, n)``, reward float32 ``(n,)`` and terminated bool ``(n,)`` (never).
+    """
+    angle, speed = state.unbind()
+    torque = actions[:, 0]
+    # reward = -(normalised angle^2 + 0.1 speed^2 + 0.001 torque^2), of the state before the step.
+    cost = torch.remainder(angle + constants.pi, 2 * math.pi).sub_(constants.pi).square_()
+    cost.addcmul_(speed, speed, value=0.1).addcmul_(torque, torque, value=0.001)
+    reward = cost.neg_().float()
+
+    # speed += (3 g / 2 l sin(angle) + 3 / (m l^2) torque) dt, clipped; angle += speed dt.
+    # The torque term is float32 in gymnasium too (numpy keeps its float32 action).
+    acceleration = torch.add(torque * constants.torque_gain, torch.sin(angle), alpha=constants.gravity_gain)
+    if torch.compiler.is_compiling():  # rows stacked, not written into views (see cartpole_step)
+        speed = torch.add(speed, acceleration, alpha=DT).clamp(-MAX_SPEED, MAX_SPEED)
+        final = torch.stack([torch.add(angle, speed, alpha=DT), speed])
+    else:
+        final = torch.empty_like(state)
+        torch.add(speed, acceleration, alpha=DT, out=final[1]).clamp_(-MAX_SPEED, MAX_SPEED)
+        torch.add(angle, final[1], alpha=DT, out=final[0])
+    terminated = torch.zeros(angle.shape, dtype=torch.bool, device=angle.device)
+    return final, reward, compiled_flags(terminated)
 
 
 class Pendulum(ClassicControlEnv):
@@ -40,6 +88,7 @@ class Pendulum(ClassicControlEnv):
     state_size = 2
     default_max_episode_steps = MAX_EPISODE_STEPS
     render_fps = 30
+    dynamics = staticmethod(pendulum_dynamics)
 
     def __init__(
         self,
@@ -49,9 +98,10 @@ class Pendulum(ClassicControlEnv):
         dtype: torch.dtype = torch.float32,
         max_episode_steps: int | None = None,
         gravity: float = GRAVITY,
+        compile: bool = False,
     ):
         self.gravity = check_float("gravity", gravity)
-        super().__init__(num_envs, seed, device, dtype, max_episode_steps)
+        super().__init__(num_envs, seed, device, dtype, max_episode_steps, compile)
 
     def _spaces(self) -> tuple[gym.spaces.Box, gym.spaces.Box]:
         high = np.array([1.0, 1.0, MAX_SPEED], dtype=np.float32)
@@ -62,10 +112,7 @@ class Pendulum(ClassicControlEnv):
         # Pendulum never terminates, so every env's episode starts on the same step: one start
         # time on the host says when all of them are truncated and reset, without a device sync.
         self._episode_start = 0
-        self._gravity_gain = 3 * self.gravity / (2 * LENGTH)
-        self._pi = self._constant(math.pi)
-        # float32 like the action: gymnasium multiplies its float32 action in float32 too.
-        self._torque_gain = torch.tensor(3.0 / (MASS * LENGTH**2), device=self.device)
+        self._constants = PendulumConstants.make(self.gravity, self.dtype, self.device)
 
     @property
     def episode_steps(self) -> Tensor:
@@ -92,20 +139,7 @@ class Pendulum(ClassicControlEnv):
         return self._obs(self._state)
 
     def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
-        angle, speed = self._state.unbind()
-        torque = actions[:, 0]
-        # reward = -(normalised angle^2 + 0.1 speed^2 + 0.001 torque^2), of the state before the step.
-        cost = torch.remainder(angle + self._pi, 2 * math.pi).sub_(self._pi).square_()
-        cost.addcmul_(speed, speed, value=0.1).addcmul_(torque, torque, value=0.001)
-        reward = cost.neg_().float()
-
-        # speed += (3 g / 2 l sin(angle) + 3 / (m l^2) torque) dt, clipped; angle += speed dt.
-        # The torque term is float32 in gymnasium too (numpy keeps its float32 action).
-        acceleration = torch.add(torque * self._torque_gain, torch.sin(angle), alpha=self._gravity_gain)
-        final = torch.empty_like(self._state)
-        torch.add(speed, acceleration, alpha=DT, out=final[1]).clamp_(-MAX_SPEED, MAX_SPEED)
-        torch.add(angle, final[1], alpha=DT, out=final[0])
-
+        final, reward, terminated = self._dynamics(self._state, actions, self._constants)
         self._clock += 1
         final_obs = self._obs(final)
         if self._clock - self._episode_start < self.max_episode_steps:
@@ -114,7 +148,6 @@ class Pendulum(ClassicControlEnv):
         else:  # gymnasium's TimeLimit truncates every env on this step
             obs = self._reset_all()
             truncated = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
-        terminated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         return obs, reward, terminated, truncated, {"final_observation": final_obs}
 
     def draw(self, obs: Tensor) -> Tensor:

@@ -6,12 +6,13 @@ gymnasium id through :class:`~rl_lightning.envs.gym_adapter.GymnasiumVectorEnv`.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from rl_lightning._checks import check_choice, check_device, check_float, check_str
+from rl_lightning._checks import check_bool, check_choice, check_device, check_float, check_str
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv, gymnasium_spec
 
@@ -64,6 +65,19 @@ def registered_env_ids() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _takes_compile(factory: EnvFactory) -> bool:
+    """Whether ``factory`` accepts a ``compile`` keyword (the classic-control envs do)."""
+    try:
+        return "compile" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a callable without a signature
+        return False
+
+
+def compilable_env_ids() -> list[str]:
+    """The registered env ids whose factories take ``compile`` (``make_envs(..., compile=True)``), sorted."""
+    return [env_id for env_id in registered_env_ids() if _takes_compile(_REGISTRY[env_id])]
+
+
 def is_native_env_id(env_id: str) -> bool:
     """Whether ``env_id`` has a native torch env (``make_envs``'s ``backend="torch"``)."""
     return env_id in _REGISTRY
@@ -75,6 +89,7 @@ def make_envs(
     seed: int | None = None,
     device: torch.device | str = "cpu",
     backend: str = "auto",
+    compile: bool = False,
     **gym_kwargs: Any,
 ) -> VectorEnv:
     """Build ``num_envs`` copies of the env ``env_id`` on ``device``.
@@ -84,24 +99,38 @@ def make_envs(
         backend: ``"auto"``: the native torch env where one is registered, else gymnasium's
             through :class:`GymnasiumVectorEnv`; ``"torch"``: native only; ``"gymnasium"``:
             the adapter even for an id that has a native env (e.g. to compare the two).
+        compile: run a native env's dynamics through ``torch.compile`` (the classic-control envs,
+            whose factories take ``compile``; see
+            :class:`~rl_lightning.envs._classic_control.ClassicControlEnv`).
         **gym_kwargs: for the gymnasium adapter only: ``vectorization_mode``, ``render`` and
             the env's own keyword arguments (see :class:`GymnasiumVectorEnv`).
 
     Raises:
-        ValueError: for an id that is neither native nor gymnasium's, a bad ``backend``, or a
-            ``device`` that is misspelt or not on this machine (``"cuda"`` without CUDA).
+        ValueError: for an id that is neither native nor gymnasium's, a bad ``backend``, a
+            ``device`` that is misspelt or not on this machine (``"cuda"`` without CUDA), or
+            ``compile=True`` for an env without compiled dynamics (gymnasium's, the probes).
         TypeError: for ``gym_kwargs`` with a native env.
     """
     check_str("env_id", env_id)
     check_choice("backend", backend, BACKENDS)
     device = check_device("device", device)
+    check_bool("compile", compile)
     if backend != "gymnasium" and env_id in _REGISTRY:
         if gym_kwargs:
             raise TypeError(
                 f"make_envs got keyword arguments {sorted(gym_kwargs)} for the native torch env {env_id!r}; "
                 "they are for gymnasium envs only (pass backend='gymnasium' to build gymnasium's version)"
             )
-        envs = _REGISTRY[env_id](num_envs=num_envs, seed=seed, device=device)
+        factory = _REGISTRY[env_id]
+        if not compile:
+            envs = factory(num_envs=num_envs, seed=seed, device=device)
+        elif _takes_compile(factory):
+            envs = factory(num_envs=num_envs, seed=seed, device=device, compile=True)
+        else:
+            raise ValueError(
+                f"compile=True applies to native torch envs with compiled dynamics (the classic-control envs: "
+                f"{', '.join(compilable_env_ids())}); {env_id!r} has none: pass compile=False"
+            )
         if not isinstance(envs, VectorEnv):
             raise TypeError(
                 f"the factory registered for {env_id!r} returned a {type(envs).__name__}, not a rl_lightning "
@@ -109,6 +138,11 @@ def make_envs(
                 "if it is your own), and make_envs wraps it"
             )
         return envs
+    if compile:
+        raise ValueError(
+            f"compile=True applies to native torch envs only (a torch.compile of their dynamics), not to the "
+            f"gymnasium env {env_id!r}; native ids with compiled dynamics: {', '.join(compilable_env_ids())}"
+        )
     native = f"native env ids: {', '.join(registered_env_ids())}"
     if backend == "torch":
         raise ValueError(f"unknown env_id {env_id!r} for backend='torch'; {native}")
