@@ -156,8 +156,12 @@ class VPGModule(RLModule):
 
     def training_step(self, batch: RolloutTensors, batch_idx: int) -> Tensor:
         hp = self.hparams
+        # Returns in float32 whatever the precision: they sum hundreds of rewards. Computed eagerly, outside the
+        # compiled update: their backward loop over the steps would unroll into its graph (inductor took ~50 s
+        # for the default 500 steps).
+        returns = compute_returns(batch.rewards, batch.dones, hp.gamma)
         loss, metrics = self.compiled(vpg_loss)(
-            self.policy_network, batch, hp.gamma, hp.normalize_returns, hp.importance_weighting, hp.iw_clip
+            self.policy_network, batch, returns, hp.normalize_returns, hp.importance_weighting, hp.iw_clip
         )
         self.log_metrics(metrics)
         if self.source.collection.position == 0:  # once per rollout
@@ -210,7 +214,7 @@ class VPGModule(RLModule):
 def vpg_loss(
     policy_network: PolicyNetwork,
     batch: RolloutTensors,
-    gamma: float,
+    returns: Tensor,
     normalize: bool,
     importance_weighting: bool,
     iw_clip: float | None,
@@ -222,12 +226,10 @@ def vpg_loss(
 
     Args:
         batch: the rollout's batch of envs, each field ``(batch_envs, num_steps, ...)``.
-        gamma: discount factor.
+        returns: float32 ``(batch_envs, num_steps)``, the batch's discounted returns (``compute_returns``).
         normalize: rescale the returns to zero mean, unit variance over the batch.
         importance_weighting: weight by pi / pi_old, clamped to ``1 +- iw_clip`` (None: no clamp).
     """
-    # Returns in float32 whatever the precision: they sum hundreds of rewards.
-    returns = compute_returns(batch.rewards, batch.dones, gamma)
     if normalize:
         returns = normalize_returns(returns)
     logprobs = compute_logprobs(batch.obs, batch.actions, policy_network)
