@@ -67,7 +67,10 @@ def cartpole_step(state: Tensor, actions: Tensor, constants: CartPoleConstants) 
     # for up to a few thousand envs. Constants are folded in float64.
     x, x_dot, theta, theta_dot = state
     # temp = (force + m_p l theta_dot^2 sin) / M
-    force_over_mass = constants.force_over_mass.index_select(0, actions)
+    if torch.compiler.is_compiling():  # a select, not a gather: no indirect load and no bounds check
+        force_over_mass = torch.where(actions == 0, constants.force_over_mass[0], constants.force_over_mass[1])
+    else:
+        force_over_mass = constants.force_over_mass.index_select(0, actions)
     cos_theta, sin_theta = torch.cos(theta), torch.sin(theta)
     temp = torch.addcmul(force_over_mass, theta_dot.square(), sin_theta, value=POLE_MASS_LENGTH / TOTAL_MASS)
     # theta_acc = (g sin - cos temp) / (l (4/3 - m_p cos^2 / M))
