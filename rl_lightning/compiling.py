@@ -16,6 +16,7 @@ so a second run of the same shapes compiles in a fraction of that.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +46,27 @@ def check_compile(value: Any) -> dict[str, Any] | None:
     )
 
 
+def torch_compile(function: Callable[..., Any], **options: Any) -> Callable[..., Any]:
+    """``torch.compile(function, dynamic=False, **options)``, with inductor's on-disk cache kept apart per CPU
+    kernel set (:func:`use_capability_cache_dir`)."""
+    use_capability_cache_dir()
+    return torch.compile(function, **{"dynamic": False, **options})
+
+
+def use_capability_cache_dir() -> None:
+    """Keep inductor's on-disk cache in a folder of this process's CPU kernel set
+    (``<tmp>/torchinductor_<user>_<AVX512|AVX2|DEFAULT>``), unless ``TORCHINDUCTOR_CACHE_DIR`` names another:
+    inductor's cache key leaves out ``ATEN_CPU_CAPABILITY``, so a process under ``ATEN_CPU_CAPABILITY=default``
+    otherwise reuses kernels generated natively with AVX-512 and fails to build them ("'at::vec' has not been
+    declared")."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    default = os.path.abspath(default_cache_dir())
+    # Importing Lightning already wrote inductor's default into the variable: only that value is replaced.
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR", default) == default:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{default}_{torch.backends.cpu.get_cpu_capability()}"
+
+
 class CompiledFunctions:
     """The compiled versions of a module's update functions, built on first use (``options`` None: none,
     every function is returned as it is). Not pickled or copied: a module sent to another process
@@ -52,8 +74,11 @@ class CompiledFunctions:
 
     def __init__(self, options: dict[str, Any] | None):
         self.options = options
+        if options is not None:
+            use_capability_cache_dir()  # before anything of the run compiles (a native env's step)
         self._functions: dict[Callable[..., Any], Callable[..., Any]] = {}
-        #: Seconds spent in each function's first call (compilation, and one run of it).
+        #: Seconds spent in each function's first call: compiling its forward graph, and one run of it
+        #: (inductor compiles the backward graph lazily, at the first backward pass: not counted here).
         self.compile_seconds: dict[str, float] = {}
 
     @property
@@ -66,7 +91,7 @@ class CompiledFunctions:
         compiled = self._functions.get(function)
         if compiled is None:
             compiled = self._functions[function] = self._first_call_timed(
-                function, torch.compile(function, **{"dynamic": False, **self.options})
+                function, torch_compile(function, **self.options)
             )
         return compiled
 

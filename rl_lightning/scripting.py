@@ -231,7 +231,7 @@ def report(trainer: L.Trainer, module: Any, seconds: float) -> str:
     checkpoints = trainer.checkpoint_callbacks
     best = next((c.best_model_path for c in checkpoints if c.monitor is not None), "") or "none"
     last = next((c.best_model_path for c in checkpoints if c.monitor is None), "") or "none"
-    compiled = getattr(getattr(module, "compiled", None), "compile_seconds", None)
+    compiled = getattr(module, "compile_seconds", None)
     compile_text = f" (of which compiling: {sum(compiled.values()):.1f} s)" if compiled else ""
     lines = [
         f"done: {outcome}: {eval_text}; {seconds:.1f} s wall{compile_text}, {module.env_steps:,} env steps, "

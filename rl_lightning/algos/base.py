@@ -45,7 +45,7 @@ from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
-from rl_lightning.envs.registry import BACKENDS, is_native_env_id
+from rl_lightning.envs.registry import BACKENDS, compilable_env_ids, is_native_env_id
 from rl_lightning.envs.spaces import zeros_like_space
 from rl_lightning.export import export_policy, to_torchscript
 from rl_lightning.progress import RLProgressBar
@@ -206,11 +206,30 @@ class RLModule(L.LightningModule):
 
     # -- envs and data -------------------------------------------------------------------
 
-    def make_envs(self, num_envs: int, seed: int, render: bool = False) -> VectorEnv:
+    def make_envs(self, num_envs: int, seed: int, render: bool = False, compile: bool = False) -> VectorEnv:
         """A fresh instance of the module's env with ``num_envs`` copies on its device; ``render``
-        builds a gymnasium env able to ``render()`` its frames (native envs ``draw`` any obs)."""
+        builds a gymnasium env able to ``render()`` its frames (native envs ``draw`` any obs); ``compile``
+        runs a native env's dynamics through ``torch.compile`` (the training envs of ``compile=True``)."""
         options = {**self._env_options, "render": True} if render and self._gymnasium_env else self._env_options
+        if compile:
+            options = {**options, "compile": True}
         return make_envs(self.hparams.env_id, num_envs, seed=seed, device=self.device, **options)
+
+    @property
+    def compile_seconds(self) -> dict[str, float]:
+        """Seconds ``compile`` spent compiling so far, per function (the updates, ``"env step"``: the training
+        envs' dynamics); empty without ``compile``."""
+        seconds = dict(self.compiled.compile_seconds)
+        env_seconds = getattr(getattr(self.source, "envs", None), "compile_seconds", None)
+        if env_seconds:
+            seconds["env step"] = float(env_seconds)
+        return seconds
+
+    @property
+    def _compiles_env_step(self) -> bool:
+        """Whether ``compile`` reaches the training envs: a native env with compiled dynamics (the
+        classic-control envs); the others step eagerly and only the updates are compiled."""
+        return self.compiled.enabled and not self._gymnasium_env and self.hparams.env_id in compilable_env_ids()
 
     def latest_rollout(self) -> RolloutTensors | None:
         """The newest on-policy rollout of the training envs, as the envs gave it (None for off-policy
@@ -235,7 +254,7 @@ class RLModule(L.LightningModule):
         seed, rank, world_size, num_envs = self.hparams.seed, self.global_rank, self.world_size, self.hparams.num_envs
         # Rank r's envs get the seeds gymnasium would give envs r * n .. r * n + n - 1 of one vector
         # env of all ranks (its sub-env i is seeded seed + i): no two envs of a run share a seed.
-        envs = self.make_envs(num_envs, seed + rank * num_envs)
+        envs = self.make_envs(num_envs, seed + rank * num_envs, compile=self._compiles_env_step)
         source = self.make_source(envs)
         source.configure_run(derive_seed(seed, "actions", rank), world_size, self._start_env_steps)
         source.should_stop = self._received_sigterm

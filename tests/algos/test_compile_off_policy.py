@@ -1,12 +1,15 @@
 """``compile=True`` for DQN, SAC and TD3: the compiled update gives the eager update's losses and weights.
 
-DQN's runs through inductor (the default ``torch.compile`` backend: generated C++ kernels, float tolerance);
-SAC's and TD3's through ``aot_eager`` (the same traced forward and backward graphs, run by eager kernels), which
-keeps this file's compile time to a few seconds on CI's two cores.
+DQN's update runs through inductor (the default ``torch.compile`` backend: generated C++ kernels, float
+tolerance); SAC's and TD3's through ``aot_eager`` (the same traced forward and backward graphs, run by eager
+kernels), which keeps this file's compile time to seconds on CI's two cores. The native envs' dynamics go through
+inductor in every run.
 """
 
 import copy
+import os
 import pickle
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -42,17 +45,17 @@ def _fit(module):
     return torch.tensor(losses.losses), module
 
 
-def _assert_same_run(eager, compiled, rtol):
+def _assert_same_run(eager, compiled, rtol, atol):
     (eager_losses, eager_module), (compiled_losses, compiled_module) = eager, compiled
     assert len(eager_losses) == len(compiled_losses) == STEPS
     torch.testing.assert_close(compiled_losses, eager_losses, rtol=rtol, atol=1e-6)
     eager_weights, compiled_weights = eager_module.state_dict(), compiled_module.state_dict()
     assert eager_weights.keys() == compiled_weights.keys()
     for name, weight in eager_weights.items():
-        torch.testing.assert_close(compiled_weights[name], weight, rtol=rtol, atol=1e-5, msg=name)
+        torch.testing.assert_close(compiled_weights[name], weight, rtol=rtol, atol=atol, msg=name)
     # The same transitions were collected (the actions are the networks' choices: they did not flip).
     eager_buffer, compiled_buffer = eager_module.source.buffer, compiled_module.source.buffer
-    torch.testing.assert_close(compiled_buffer.actions, eager_buffer.actions, rtol=rtol, atol=1e-5)
+    torch.testing.assert_close(compiled_buffer.actions, eager_buffer.actions, rtol=rtol, atol=atol)
 
 
 def test_dqn_compiled_update_matches_eager():
@@ -60,10 +63,19 @@ def test_dqn_compiled_update_matches_eager():
         return DQNModule(seed=3, learning_starts=200, steps_per_epoch=20, compile=compile)
 
     eager, compiled = _fit(make(False)), _fit(make(True))
-    _assert_same_run(eager, compiled, rtol=1e-4)
-    assert compiled[1].compiled.compile_seconds["dqn_loss"] > 0  # the first call compiled, and was timed
-    assert eager[1].compiled.compile_seconds == {}
+    _assert_same_run(eager, compiled, rtol=1e-4, atol=1e-5)
+    # The first calls compiled, and were timed: the update's and the native env's dynamics.
+    assert set(compiled[1].compile_seconds) == {"dqn_loss", "env step"}
+    assert min(compiled[1].compile_seconds.values()) > 0
+    assert compiled[1].source.envs.compile and not eager[1].source.envs.compile
+    assert eager[1].compile_seconds == {}
     assert compiled[1].hparams.compile is True
+
+
+def test_compile_with_a_gymnasium_env_compiles_the_update_only():
+    module = DQNModule(seed=0, env_backend="gymnasium", learning_starts=64, compile={"backend": "aot_eager"})
+    _fit(module)
+    assert set(module.compile_seconds) == {"dqn_loss"}
 
 
 @pytest.mark.parametrize("algorithm", [SACModule, TD3Module])
@@ -72,9 +84,12 @@ def test_continuous_compiled_update_matches_eager(algorithm):
         return algorithm(seed=1, learning_starts=300, steps_per_epoch=20, hidden_sizes=(32, 32), compile=compile)
 
     eager, compiled = _fit(make(False)), _fit(make({"backend": "aot_eager"}))
-    _assert_same_run(eager, compiled, rtol=1e-6)
-    (name,) = compiled[1].compiled.compile_seconds
-    assert name == {SACModule: "sac_losses", TD3Module: "td3_losses"}[algorithm]
+    # Pendulum's dynamics went through inductor: observations differ at rounding level, and Adam's steps
+    # (lr 3e-4, normalised by the gradient's size) turn that into weight differences up to ~lr per update
+    # where a gradient entry is near zero; a wrong update differs in the first digit.
+    _assert_same_run(eager, compiled, rtol=1e-3, atol=2e-3)
+    update = {SACModule: "sac_losses", TD3Module: "td3_losses"}[algorithm]
+    assert set(compiled[1].compile_seconds) == {update, "env step"}
 
 
 def test_dqn_loss_is_the_training_step_loss():
@@ -112,3 +127,17 @@ def test_compiled_functions_are_not_pickled_or_copied():
         assert other.options == {"backend": "eager"} and other._functions == {} and other.compile_seconds == {}
     off = CompiledFunctions(None)
     assert off(double) is double and not off.enabled
+
+
+def test_inductor_cache_is_kept_per_cpu_kernel_set(monkeypatch, tmp_path):
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from rl_lightning.compiling import use_capability_cache_dir
+
+    default = str(Path(default_cache_dir()).absolute())
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default)  # what importing Lightning leaves there
+    use_capability_cache_dir()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == f"{default}_{torch.backends.cpu.get_cpu_capability()}"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # a folder the user chose stays
+    use_capability_cache_dir()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path)
