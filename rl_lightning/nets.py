@@ -279,9 +279,16 @@ class CategoricalHead(nn.Linear):
         super().__init__(num_features, num_actions)
         self.masked = masked
 
-    def sample(self, logits: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-        """int64 actions ``(*batch,)`` and their log-probabilities."""
-        return sample_masked_categorical(logits, generator) if self.masked else sample_categorical(logits, generator)
+    def sample(
+        self, logits: Tensor, generator: torch.Generator | None = None, noise: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """int64 actions ``(*batch,)`` and their log-probabilities; ``noise``: the uniform draws ``(*batch, 1)``
+        to use (unmasked heads; drawn from ``generator`` if None)."""
+        if self.masked:
+            if noise is not None:
+                raise ValueError("a masked CategoricalHead draws its own numbers: pass noise=None")
+            return sample_masked_categorical(logits, generator)
+        return sample_categorical(logits, generator, noise)
 
     def log_prob(self, logits: Tensor, actions: Tensor) -> Tensor:
         log_probs = F.log_softmax(logits.float(), dim=-1)
@@ -437,10 +444,14 @@ class GaussianHead(nn.Linear):
     def _sum_action_dims(self, value: Tensor) -> Tensor:
         return value.flatten(start_dim=value.dim() - len(self.action_shape)).sum(dim=-1)
 
-    def sample(self, mean: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-        """float32 actions ``(*batch, *action_shape)`` (unclipped) and their log-probabilities."""
+    def sample(
+        self, mean: Tensor, generator: torch.Generator | None = None, noise: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """float32 actions ``(*batch, *action_shape)`` (unclipped) and their log-probabilities; ``noise``: the
+        standard normal draws (like the mean) to use (drawn from ``generator`` if None)."""
         mean = mean.float()
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+        if noise is None:
+            noise = torch.randn(mean.shape, generator=generator, device=mean.device)
         actions = mean + self.log_std.float().exp() * noise
         return actions, self._sum_action_dims(-0.5 * noise.square() - self.log_std.float() - _LOG_SQRT_2PI)
 
@@ -457,8 +468,11 @@ class GaussianHead(nn.Linear):
         return mean.float()
 
 
-def sample_categorical(logits: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-    """Sample one action per row of ``logits`` from its softmax.
+def sample_categorical(
+    logits: Tensor, generator: torch.Generator | None = None, uniform: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Sample one action per row of ``logits`` from its softmax, with the uniform draws ``uniform``
+    ``(*batch, 1)`` (drawn from ``generator`` if None).
 
     Returns:
         int64 actions ``(*batch,)`` and their log-probabilities ``(*batch,)``.
@@ -467,7 +481,8 @@ def sample_categorical(logits: Tensor, generator: torch.Generator | None = None)
     # Inverse-CDF sampling: one uniform per row against the cumulative probabilities. Four
     # small kernels, cheaper than torch.multinomial for a handful of actions.
     cdf = log_probs.exp().cumsum(dim=-1)
-    uniform = torch.rand((*cdf.shape[:-1], 1), generator=generator, device=logits.device)
+    if uniform is None:
+        uniform = torch.rand((*cdf.shape[:-1], 1), generator=generator, device=logits.device)
     actions = (cdf < uniform).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
     return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 

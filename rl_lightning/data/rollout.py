@@ -8,7 +8,6 @@ episode (the envs auto-reset).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cached_property
@@ -428,17 +427,8 @@ def _noise_draw(head: nn.Module | None) -> tuple[Callable[..., Tensor], tuple[in
 
 def sample_from_noise(head: CategoricalHead | GaussianHead, params: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
     """``head.sample(params, generator)`` with its random numbers given (``noise``, as :func:`_noise_draw`
-    draws them): the same actions and log-probabilities for the same numbers (``nets.sample_categorical``,
-    ``GaussianHead.sample``)."""
-    if isinstance(head, GaussianHead):
-        log_std = head.log_std.float()
-        actions = params.float() + log_std.exp() * noise
-        per_dim = -0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)
-        return actions, per_dim.flatten(start_dim=1).sum(dim=-1)
-    log_probs = torch.log_softmax(params.float(), dim=-1)
-    cdf = log_probs.exp().cumsum(dim=-1)
-    actions = (cdf < noise).sum(dim=-1).clamp_(max=params.shape[-1] - 1)
-    return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    draws them): the head's own sampling, so the same actions and log-probabilities for the same numbers."""
+    return head.sample(params, noise=noise)
 
 
 def policy_step(policy: nn.Module, obs: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
