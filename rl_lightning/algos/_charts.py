@@ -55,7 +55,7 @@ class Charts:
         module.log("step", float(module.env_steps), on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
 
     def log_charts(self, module: Any) -> None:
-        if module.source is None:
+        if module.source is None or not module._attached:  # training_step called by hand: nothing to log to
             return
         finished = module.source.episodes.pop()  # (return sum, length sum, episodes)
         if module.world_size > 1:
