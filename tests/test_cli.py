@@ -102,6 +102,14 @@ def test_print_config_has_the_overrides_and_round_trips(tmp_path, capsys):
     assert _printed_config(["fit", "--config", str(saved)], capsys) == printed
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"), [("true", True), ("false", False), ('{"backend": "aot_eager"}', {"backend": "aot_eager"})]
+)
+def test_compile_takes_a_bool_or_torch_compile_arguments(value, expected, capsys):
+    printed = _printed_config(["fit", "--model", "DQNModule", f"--model.compile={value}"], capsys)
+    assert yaml.safe_load(printed)["model"]["init_args"]["compile"] == expected
+
+
 def test_dqn_config_round_trips(tmp_path, capsys):
     printed = _printed_config(["fit", "--config", str(DQN_CONFIG)], capsys)
     assert yaml.safe_load(printed)["model"]["class_path"].endswith("DQNModule")
