@@ -2,12 +2,10 @@
 eager envs to float rounding, with the eager envs' random streams, state and pickling."""
 
 import copy
-import os
 import pickle
 
 import pytest
 import torch
-from torch._inductor.runtime.cache_dir_utils import cache_dir, temporary_cache_dir
 
 from rl_lightning.envs import Acrobot, CartPole, MountainCar, MountainCarContinuous, Pendulum, make_envs
 
@@ -16,19 +14,6 @@ from rl_lightning.envs import Acrobot, CartPole, MountainCar, MountainCarContinu
 # ~7e-4 and ~7e-3 after 300 steps of one episode); CartPole's and MountainCar's grow less (~2e-5, ~6e-7).
 TOLERANCES = {CartPole: 1e-4, Acrobot: 1e-2, MountainCar: 1e-5, MountainCarContinuous: 1e-5, Pendulum: 5e-2}
 NUM_STEPS = 300
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _inductor_cache_per_cpu_capability():
-    """inductor's on-disk cache does not tell code built for one ATEN_CPU_CAPABILITY from another's: a
-    run under ``ATEN_CPU_CAPABILITY=default`` after a native one fails to build the cached vectorised
-    kernels ("'at::vec' has not been declared"). So each capability gets a cache of its own."""
-    capability = os.environ.get("ATEN_CPU_CAPABILITY")
-    if not capability:
-        yield
-        return
-    with temporary_cache_dir(os.path.join(cache_dir(), f"aten_cpu_capability_{capability}")):
-        yield
 
 
 def _random_actions(env, generator):
