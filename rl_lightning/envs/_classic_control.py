@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from rl_lightning._checks import check_bool, check_int
+from rl_lightning.compiling import torch_compile
 from rl_lightning.envs.base import VectorEnv
 
 # The inputs' sizes and strides are guarded already (dynamic=False); inductor's own asserts of them
@@ -91,15 +92,14 @@ class ClassicControlEnv(VectorEnv):
         self.generator.set_state(generator_state)
 
     def _dynamics(self, *args: Any) -> Any:
-        """``self.dynamics(*args)``, through ``torch.compile`` with ``compile=True`` (built on the
-        first call; torch caches the compiled code per function and shape, so a second env of the
-        same size and dtype reuses it)."""
+        """``self.dynamics(*args)``, through ``torch.compile`` with ``compile=True``: built on the
+        first call by :func:`rl_lightning.compiling.torch_compile` (inductor's disk cache kept per CPU
+        kernel set); torch caches the compiled code per function and shape, so a second env of the
+        same size and dtype reuses it."""
         if not self.compile:
             return self.dynamics(*args)
         if self._compiled_dynamics is None:
-            self._compiled_dynamics = torch.compile(
-                self.dynamics, dynamic=False, fullgraph=True, options=_COMPILE_OPTIONS
-            )
+            self._compiled_dynamics = torch_compile(self.dynamics, fullgraph=True, options=_COMPILE_OPTIONS)
             start = time.perf_counter()
             *outputs, terminated = self._compiled_dynamics(*args)
             self.compile_seconds = time.perf_counter() - start

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from rl_lightning._checks import check_int, check_seed
+from rl_lightning.compiling import torch_compile
 from rl_lightning.envs.base import resolve_device
 from rl_lightning.envs.cartpole import (
     MAX_EPISODE_STEPS,
@@ -183,7 +184,7 @@ class FusedCartPole:
         self.episode_steps = torch.zeros(num_envs, dtype=torch.int32, device=self.device)
         self.episodes = torch.zeros((), dtype=torch.int64, device=self.device)
         self.constants = CartPoleConstants.make(torch.float32, self.device)
-        self._fused_step = torch.compile(_random_step, dynamic=False) if compile else _random_step
+        self._fused_step = torch_compile(_random_step) if compile else _random_step
         self._graph: torch.cuda.CUDAGraph | None = None
         if graph:
             self._capture()
