@@ -108,6 +108,7 @@ class RLModule(L.LightningModule):
                 f"{type(self).__name__} supports {', '.join(self.action_kinds)} action spaces"
                 f"{_other_algorithms(spec_env.action_kind)}"
             )
+        self._env_class = type(spec_env)
         self.observation_space = spec_env.single_observation_space
         self.action_space = spec_env.single_action_space
         self._inputs = ObservationInputs(spec_env, env_id)  # what act() takes
@@ -228,8 +229,15 @@ class RLModule(L.LightningModule):
     @property
     def _compiles_env_step(self) -> bool:
         """Whether ``compile`` reaches the training envs: a native env with compiled dynamics (the
-        classic-control envs); the others step eagerly and only the updates are compiled."""
-        return self.compiled.enabled and not self._gymnasium_env and self.hparams.env_id in compilable_env_ids()
+        classic-control envs), on a GPU, or on the CPU from the copies where that wins there
+        (``cpu_compile_min_envs``: CartPole from 4,096, Acrobot always); elsewhere the envs step eagerly and
+        only the updates are compiled."""
+        if not self.compiled.enabled or self._gymnasium_env or self.hparams.env_id not in compilable_env_ids():
+            return False
+        if self.device.type != "cpu":
+            return True
+        min_envs = self._env_class.cpu_compile_min_envs
+        return min_envs is not None and self.hparams.num_envs >= min_envs
 
     def latest_rollout(self) -> RolloutTensors | None:
         """The newest on-policy rollout of the training envs, as the envs gave it (None for off-policy

@@ -54,6 +54,11 @@ class ClassicControlEnv(VectorEnv):
     _state_attributes = ("_state", "_clock", "_episode_start")
     #: The env's dynamics as a pure function of tensors (a ``staticmethod``), what ``compile=True`` compiles.
     dynamics: Callable[..., Any]
+    #: The fewest copies from which the compiled dynamics step faster than the eager ones on a CPU (measured
+    #: with ``benchmarks/bench_envs.py``: a compiled call's fixed ~25 us must buy more than it costs); None:
+    #: never on a CPU. A module's ``compile=True`` compiles its training envs' step only from there (on
+    #: other devices always: an eager step there is one kernel launch per op).
+    cpu_compile_min_envs: int | None = None
 
     def __init__(
         self,
