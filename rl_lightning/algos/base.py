@@ -230,8 +230,8 @@ class RLModule(L.LightningModule):
     def _compiles_env_step(self) -> bool:
         """Whether ``compile`` reaches the training envs: a native env with compiled dynamics (the
         classic-control envs), on a GPU, or on the CPU from the copies where that wins there
-        (``cpu_compile_min_envs``: CartPole from 4,096, Acrobot always); elsewhere the envs step eagerly and
-        only the updates are compiled."""
+        (``cpu_compile_min_envs``: Acrobot always, CartPole from 4,096, the others from 65,536);
+        elsewhere the envs step eagerly and only the updates are compiled."""
         if not self.compiled.enabled or self._gymnasium_env or self.hparams.env_id not in compilable_env_ids():
             return False
         if self.device.type != "cpu":

@@ -172,7 +172,7 @@ class Acrobot(ClassicControlEnv):
 
     state_size = 4
     default_max_episode_steps = MAX_EPISODE_STEPS
-    cpu_compile_min_envs = 1  # at 16 envs 133 vs 300 us a step, at 4,096: 347 vs 658 (compiled vs eager)
+    cpu_compile_min_envs = 1  # at 16 envs 95k vs 37k steps/s, at 4,096: 10.9 vs 6.1 M (compiled vs eager)
     render_fps = 15
     dynamics = staticmethod(acrobot_dynamics)
 

@@ -125,7 +125,7 @@ class CartPole(ClassicControlEnv):
 
     state_size = 4
     default_max_episode_steps = MAX_EPISODE_STEPS
-    cpu_compile_min_envs = 4_096  # at 4,096 envs 117 vs 135 us a step, at 16: 81 vs 77 (compiled vs eager)
+    cpu_compile_min_envs = 4_096  # at 4,096 envs 28.9 vs 23.8 M steps/s, at 256: 2.3 vs 2.5 (compiled vs eager)
     dynamics = staticmethod(cartpole_dynamics)
 
     def _spaces(self) -> tuple[gym.spaces.Box, gym.spaces.Discrete]:

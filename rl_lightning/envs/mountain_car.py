@@ -169,6 +169,8 @@ class _MountainCarBase(ClassicControlEnv):
     """The dynamics both MountainCars share; subclasses give the force and the reward."""
 
     state_size = 2
+    # compiled vs eager: at 65,536 envs 78 vs 62 M steps/s (continuous: 57 vs 45), at 4,096: 30 vs 29
+    cpu_compile_min_envs = 65_536
     render_fps = 30
     goal_position: float
 

@@ -86,6 +86,7 @@ class Pendulum(ClassicControlEnv):
     """
 
     state_size = 2
+    cpu_compile_min_envs = 65_536  # at 65,536 envs 74 vs 70 M steps/s, at 4,096: 25 vs 27 (compiled vs eager)
     default_max_episode_steps = MAX_EPISODE_STEPS
     render_fps = 30
     dynamics = staticmethod(pendulum_dynamics)
