@@ -262,7 +262,9 @@ class RLModule(L.LightningModule):
         seed, rank, world_size, num_envs = self.hparams.seed, self.global_rank, self.world_size, self.hparams.num_envs
         # Rank r's envs get the seeds gymnasium would give envs r * n .. r * n + n - 1 of one vector
         # env of all ranks (its sub-env i is seeded seed + i): no two envs of a run share a seed.
-        envs = self.make_envs(num_envs, seed + rank * num_envs, compile=self._compiles_env_step)
+        # (compile passed only when on: an override of make_envs written before it keeps working)
+        compile = {"compile": True} if self._compiles_env_step else {}
+        envs = self.make_envs(num_envs, seed + rank * num_envs, **compile)
         source = self.make_source(envs)
         source.configure_run(derive_seed(seed, "actions", rank), world_size, self._start_env_steps)
         source.should_stop = self._received_sigterm
