@@ -536,13 +536,11 @@ def report(rows: list[Row], variants: list[str], results: dict, args: argparse.N
     clock = "wall s (CUDA synced)" if args.device == "cuda" else "CPU s"
     headers = [VARIANT_LABELS.get(variant, variant) for variant in variants]
     command = " ".join(["python benchmarks/bench_engine.py", *sys.argv[1:]])
-    import stable_baselines3
+    versions = {"torch": torch.__version__, "lightning": L.__version__}
+    if "sb3" in variants:
+        import stable_baselines3
 
-    versions = {
-        "torch": torch.__version__,
-        "lightning": L.__version__,
-        "stable-baselines3": stable_baselines3.__version__,
-    }
+        versions["stable-baselines3"] = stable_baselines3.__version__
     gpu = f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""
     lines = [
         "# Engine speed at identical settings",
