@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from rl_lightning._checks import check_int
 from rl_lightning.compiling import CompiledFunctions
 from rl_lightning.data.normalization import ObservationNormalizer, Reduce, RewardScaler
-from rl_lightning.data.rollout import RolloutCollection, RolloutSource, RolloutTensors, sample_from_noise
+from rl_lightning.data.rollout import RolloutCollection, RolloutSource, RolloutTensors
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.losses import compute_gae
 from rl_lightning.nets import ActorCritic
@@ -201,7 +201,7 @@ def actor_critic_step(
     log-probabilities and the values of ``obs`` ``(num_envs, *obs_shape)`` (normalised first, if
     ``obs_normalizer``), sampled from the drawn ``noise``."""
     params, values = model(obs if obs_normalizer is None else obs_normalizer(obs))
-    actions, logprobs = sample_from_noise(model.actor.head, params, noise)
+    actions, logprobs = model.actor.head.sample(params, noise=noise)
     return actions, logprobs, values
 
 

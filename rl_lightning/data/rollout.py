@@ -417,7 +417,8 @@ class RolloutSource(EnvSource):
 
 def _noise_draw(head: nn.Module | None) -> tuple[Callable[..., Tensor], tuple[int, ...]] | None:
     """How ``head.sample`` draws its random numbers for one observation (torch.rand or torch.randn, and the
-    shape after the batch's), or None for a head whose sampling is not replayed from drawn numbers."""
+    shape after the batch's; the compiled step hands them to ``head.sample(params, noise=...)``), or None for
+    a head whose sampling is not replayed from drawn numbers."""
     if type(head) is CategoricalHead and not head.masked:
         return torch.rand, (1,)
     if type(head) is GaussianHead:
@@ -425,16 +426,10 @@ def _noise_draw(head: nn.Module | None) -> tuple[Callable[..., Tensor], tuple[in
     return None
 
 
-def sample_from_noise(head: CategoricalHead | GaussianHead, params: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
-    """``head.sample(params, generator)`` with its random numbers given (``noise``, as :func:`_noise_draw`
-    draws them): the head's own sampling, so the same actions and log-probabilities for the same numbers."""
-    return head.sample(params, noise=noise)
-
-
 def policy_step(policy: nn.Module, obs: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
     """One acting step of a ``PolicyNetwork`` as a pure function (compiled with ``compile``): actions and
     their log-probabilities for ``obs`` ``(num_envs, *obs_shape)`` from the drawn ``noise``."""
-    return sample_from_noise(policy.head, policy(obs), noise)
+    return policy.head.sample(policy(obs), noise=noise)
 
 
 def _state_before_the_rollout_record(state: dict[str, Any], episode_start: Tensor) -> dict[str, Any]:

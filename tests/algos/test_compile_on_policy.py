@@ -10,7 +10,7 @@ import torch
 
 from rl_lightning import PPOModule, VPGModule
 from rl_lightning.data.actor_critic import ActorCriticSource
-from rl_lightning.data.rollout import RolloutSource, sample_from_noise
+from rl_lightning.data.rollout import RolloutSource
 from rl_lightning.envs import make_envs
 from rl_lightning.nets import ActorCritic, CategoricalHead, GaussianHead
 
@@ -122,7 +122,7 @@ def test_sampling_from_drawn_noise_is_the_heads_own_sampling():
         (GaussianHead(4, (2,), log_std_init=-0.5), torch.randn(64, 2), lambda g: torch.randn(64, 2, generator=g)),
     ):
         expected = head.sample(params, torch.Generator().manual_seed(3))
-        got = sample_from_noise(head, params, draw(torch.Generator().manual_seed(3)))
+        got = head.sample(params, noise=draw(torch.Generator().manual_seed(3)))
         for a, b in zip(got, expected, strict=True):
             assert torch.equal(a, b)
 
