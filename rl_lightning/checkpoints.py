@@ -15,7 +15,7 @@ import pickle
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
@@ -69,6 +69,17 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             if temporary is not None:
                 Path(temporary).unlink(missing_ok=True)
 
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        """A resume's checkpoint (``Trainer.fit(ckpt_path=...)``), always read with ``weights_only=True``
+        (Lightning passes None, which older torch reads as False: a pickle in the file would run), with
+        :func:`load_checkpoint_file`'s errors. ``weights_only=False`` is refused."""
+        if weights_only is False:
+            raise ValueError(
+                "rl_lightning loads checkpoints with weights_only=True only (no pickled code runs); "
+                "its checkpoints hold tensors and plain values, so weights_only=False is never needed"
+            )
+        return load_checkpoint_file(path, map_location)
+
 
 def _is_write_failure(error: RuntimeError) -> bool:
     """torch's zip writer reports a failed write as a ``RuntimeError`` from C++ (``[enforce fail at
@@ -105,13 +116,25 @@ def _fsync_directory(directory: Path) -> None:
         os.close(handle)
 
 
-def load_checkpoint_file(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint file on the CPU, or raise ``ValueError`` saying why it is not one (missing,
-    empty, truncated, not a torch file, or not a Lightning checkpoint of an rl_lightning module).
+def load_checkpoint_file(path: str | Path | IO[bytes], map_location: Any = None) -> dict[str, Any]:
+    """Load a checkpoint file (on the CPU, or ``map_location``), or raise ``ValueError`` saying why it is
+    not one (missing, empty, truncated, not a torch file, or not a Lightning checkpoint of an rl_lightning
+    module). ``path`` may also be an open binary file.
 
     The file is read with ``torch.load(weights_only=True)``: tensors, numbers, strings and plain
     containers only, so no code stored in a file runs (a pickle can call any function when it is
-    loaded with ``weights_only=False``). rl_lightning's checkpoints hold nothing else."""
+    loaded with ``weights_only=False``). rl_lightning's checkpoints hold nothing else. (What the
+    hyper-parameters name is checked separately: ``rl_lightning.trust``.)"""
+    map_location = "cpu" if map_location is None else map_location
+    if not isinstance(path, (str, Path)):  # an open file
+        name = repr(getattr(path, "name", "the checkpoint"))
+        try:
+            checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as error:
+            raise ValueError(_not_plain(name, error)) from error
+        except (EOFError, zipfile.BadZipFile, RuntimeError, UnicodeDecodeError, ValueError) as error:
+            raise ValueError(_unreadable(name, error)) from error
+        return _checked_checkpoint(checkpoint, name)
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"checkpoint {str(path)!r} does not exist or is not a file")
@@ -125,23 +148,35 @@ def load_checkpoint_file(path: str | Path) -> dict[str, Any]:
             f"truncated, or not a checkpoint at all: it starts with {start!r})"
         )
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True, mmap=True)
     except pickle.UnpicklingError as error:
-        lines = [line for line in str(error).splitlines() if "GLOBAL" in line or "global" in line]
-        raise ValueError(
-            f"{str(path)!r} holds Python objects other than tensors and plain containers, which rl_lightning "
-            f"does not unpickle (it loads with weights_only=True, so no code in a file runs)"
-            + (f": {lines[0].strip()}" if lines else "")
-        ) from error
+        raise ValueError(_not_plain(repr(str(path)), error)) from error
     except (EOFError, zipfile.BadZipFile, RuntimeError, UnicodeDecodeError, ValueError) as error:
-        raise ValueError(
-            f"{str(path)!r} is not a readable torch checkpoint, truncated or corrupted "
-            f"({type(error).__name__}: {str(error).splitlines()[0]})"
-        ) from error
+        raise ValueError(_unreadable(repr(str(path)), error)) from error
+    return _checked_checkpoint(checkpoint, repr(str(path)))
+
+
+def _not_plain(name: str, error: BaseException) -> str:
+    """What a file that ``weights_only=True`` refused holds."""
+    lines = [line for line in str(error).splitlines() if "GLOBAL" in line or "global" in line]
+    return (
+        f"{name} holds Python objects other than tensors and plain containers, which rl_lightning "
+        f"does not unpickle (it loads with weights_only=True, so no code in a file runs)"
+        + (f": {lines[0].strip()}" if lines else "")
+    )
+
+
+def _unreadable(name: str, error: BaseException) -> str:
+    first_line = str(error).splitlines()[0] if str(error) else ""
+    return f"{name} is not a readable torch checkpoint, truncated or corrupted ({type(error).__name__}: {first_line})"
+
+
+def _checked_checkpoint(checkpoint: Any, name: str) -> dict[str, Any]:
+    """``checkpoint`` if it is a Lightning checkpoint of an rl_lightning module (``name``: the file, quoted)."""
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise ValueError(f"{str(path)!r} is not a Lightning checkpoint (no state_dict)")
+        raise ValueError(f"{name} is not a Lightning checkpoint (no state_dict)")
     if CHECKPOINT_KEY not in checkpoint:
-        raise ValueError(f"{str(path)!r} is a Lightning checkpoint, but not of an rl_lightning module")
+        raise ValueError(f"{name} is a Lightning checkpoint, but not of an rl_lightning module")
     return checkpoint
 
 
