@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from rl_lightning._checks import check_choice, check_int, check_sizes
 from rl_lightning.envs.base import space_kind
-from rl_lightning.envs.spaces import ACTION_MASK_KEY, TensorTree, zeros_like_space
+from rl_lightning.envs.spaces import ACTION_MASK_KEY, MASK_CONVENTION, TensorTree, as_bool_mask, zeros_like_space
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 # Nature-DQN's convolutions need at least 36 pixels a side; smaller images get 3x3 ones.
@@ -377,23 +377,33 @@ class BernoulliHead(nn.Linear):
 def masked_logits(
     logits: Tensor, action_mask: Tensor, check: bool = False, nvec: Sequence[int] | None = None
 ) -> Tensor:
-    """``logits`` with ``-inf`` where ``action_mask`` (bool, the same shape) is False.
+    """``logits`` with ``-inf`` where ``action_mask`` (bool, the same shape; True = legal) is False.
 
     Args:
         check: raise ``ValueError`` if a row (of each dimension's part for a MultiDiscrete mask,
-            ``nvec``) has no legal action: reads the mask back (a device sync).
+            ``nvec``) has no legal action, or if a mask that is not bool has values other than 0 and 1
+            (:func:`~rl_lightning.envs.spaces.as_bool_mask`): reads the mask back (a device sync).
     """
+    if check and action_mask.dtype != torch.bool:  # 0 / 1 read as False / True, any other value refused
+        action_mask = as_bool_mask(action_mask)
     action_mask = action_mask.bool()
     if check:
-        parts = torch.split(action_mask, list(nvec), dim=-1) if nvec is not None else (action_mask,)
-        empty = torch.stack([~part.any(dim=-1) for part in parts], dim=-1).any(dim=-1)
+        empty = rows_without_legal_action(action_mask, nvec)
         if bool(empty.any()):
             rows = empty.flatten().nonzero().flatten().tolist()
             raise ValueError(
                 f"the action mask has no legal action in row(s) {rows[:8]}"
-                f"{' (in one of its dimensions)' if nvec is not None else ''}: at least one action must be True"
+                f"{' (in one of its dimensions)' if nvec is not None else ''}: at least one action must be True; "
+                f"{MASK_CONVENTION}"
             )
     return logits.float().masked_fill(~action_mask, float("-inf"))
+
+
+def rows_without_legal_action(action_mask: Tensor, nvec: Sequence[int] | None = None) -> Tensor:
+    """bool ``(*batch,)``: the rows of a bool mask ``(*batch, n)`` with no legal action (in one of the
+    dimensions ``nvec`` of a MultiDiscrete mask). No read back: the caller decides when to sync."""
+    parts = torch.split(action_mask, list(nvec), dim=-1) if nvec is not None else (action_mask,)
+    return torch.stack([~part.any(dim=-1) for part in parts], dim=-1).any(dim=-1)
 
 
 def sample_masked_categorical(logits: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:

@@ -15,6 +15,7 @@ from rl_lightning.envs.spaces import (
     ACTION_MASK_KEY,
     OBSERVATION_KEY,
     TensorTree,
+    as_bool_mask,
     encode_leaf,
     flat_values,
     is_structured,
@@ -108,6 +109,10 @@ class ObservationInputs:
             if ACTION_MASK_KEY not in leaves:
                 raise ValueError(f"action_mask was given, but {env_id} has no action masks")
             values[ACTION_MASK_KEY] = action_mask
+        if ACTION_MASK_KEY in values:  # True / 1 legal; a logits-convention mask is refused (one read per call)
+            mask = values[ACTION_MASK_KEY]
+            where = "act(action_mask=...)" if action_mask is not None else f"obs[{ACTION_MASK_KEY!r}]"
+            values[ACTION_MASK_KEY] = as_bool_mask(mask if isinstance(mask, Tensor) else np.asarray(mask), where)
         if ACTION_MASK_KEY in leaves and ACTION_MASK_KEY not in values:
             raise ValueError(
                 f"{env_id} masks its actions: pass act(obs, action_mask=...) with a bool (*batch, "

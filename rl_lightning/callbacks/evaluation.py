@@ -21,6 +21,7 @@ from rl_lightning.envs.spaces import (
     ACTION_MASK_KEY,
     OBSERVATION_KEY,
     TensorTree,
+    as_bool_mask,
     encode_leaf,
     flat_parts,
     flat_values,
@@ -137,7 +138,7 @@ def _as_adapter_observation(space: gym.Space, obs: Any, info: dict[str, Any]) ->
         batch = encode_observations(space, obs)
         batch = batch if isinstance(space, gym.spaces.Discrete) else batch.unsqueeze(0)
     if isinstance(info, dict) and ACTION_MASK_KEY in info and not (is_structured(space) and ACTION_MASK_KEY in batch):
-        mask = torch.as_tensor(np.asarray(info[ACTION_MASK_KEY])).bool().reshape(1, -1)
+        mask = torch.as_tensor(as_bool_mask(np.asarray(info[ACTION_MASK_KEY]), "info['action_mask']")).reshape(1, -1)
         batch = TensorTree({**(batch if isinstance(batch, dict) else {OBSERVATION_KEY: batch}), ACTION_MASK_KEY: mask})
     return batch
 

@@ -20,9 +20,9 @@ from torch import Tensor
 from rl_lightning._checks import check_float, check_int, check_seed, check_sizes
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs.base import VectorEnv, resolve_device, sample_legal
-from rl_lightning.envs.spaces import ACTION_MASK_KEY, TensorTree, as_tree, plain
+from rl_lightning.envs.spaces import ACTION_MASK_KEY, MASK_CONVENTION, TensorTree, as_tree, plain
 from rl_lightning.losses import compute_n_step_returns
-from rl_lightning.nets import masked_logits
+from rl_lightning.nets import masked_logits, rows_without_legal_action
 
 _WARMUP_CHUNK = 256  # vectorised random steps between two checks for a stop request
 
@@ -416,6 +416,24 @@ class ReplaySource(EnvSource):
             self._play(chunk, random_actions=True)
             vector_steps -= chunk
 
+    def _check_warmup_mask(self, mask: Tensor, step: int) -> None:
+        """A ``ValueError`` naming the env, the step and the rows if a row of ``mask`` has no legal action:
+        no random action can be drawn for it (the policies raise the same for their own actions). One
+        reduction, read back once per warm-up step."""
+        envs = self.envs
+        nvec = envs.action_nvec.tolist() if envs.action_kind == "multi_discrete" else None
+        empty = rows_without_legal_action(mask, nvec)
+        if bool(empty.any()):
+            steps_done = self.env_steps // (envs.num_envs * self.world_size) + step
+            rows = empty.nonzero().flatten().tolist()
+            raise ValueError(
+                f"{getattr(envs, 'env_id', type(envs).__name__)!r} at "
+                f"{'reset' if steps_done == 0 else f'step {steps_done}'}, in the random warm-up before learning_starts "
+                f"({self.learning_starts}): obs[{ACTION_MASK_KEY!r}] has no legal action in row(s) {rows[:8]}"
+                f"{' (in one of its dimensions)' if nvec is not None else ''}: no random action can be drawn for "
+                f"those envs; {MASK_CONVENTION}"
+            )
+
     @torch.no_grad()
     def collect(self, num_steps: int) -> None:
         """``num_steps`` vectorised env steps with ``explore`` into the buffer."""
@@ -423,9 +441,12 @@ class ReplaySource(EnvSource):
 
     def _play(self, num_steps: int, random_actions: bool) -> None:
         envs, obs, n_step = self.envs, self.obs, self.buffer.n_step
-        for _ in range(num_steps):
+        for step in range(num_steps):
             if random_actions:  # uniform over the legal actions where the env gives masks
-                actions = envs.random_actions(self.generator, obs[ACTION_MASK_KEY] if envs.has_action_mask else None)
+                mask = obs[ACTION_MASK_KEY] if envs.has_action_mask else None
+                if mask is not None:
+                    self._check_warmup_mask(mask, step)
+                actions = envs.random_actions(self.generator, mask)
             else:
                 actions = self.explore(obs, self.generator)
             next_obs, rewards, terminated, truncated, info = envs.step(actions)

@@ -30,8 +30,11 @@ from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.cartpole import draw_cartpole
 from rl_lightning.envs.spaces import (
     ACTION_MASK_KEY,
+    MASK_CONVENTION,
     OBSERVATION_KEY,
     TensorTree,
+    as_bool_mask,
+    empty_mask_rows,
     encode_leaf,
     flat_parts,
     flat_values,
@@ -271,6 +274,7 @@ class GymnasiumVectorEnv(VectorEnv):
         self.can_render = render
         self._on_cpu = self.device.type == "cpu"
         self._needs_reset = True
+        self._steps_since_reset = 0
         if vectorization_mode == "async":
             # Subprocesses left running at interpreter exit hang it (a broken pipe in a worker):
             # close them first, unless closed before.
@@ -356,6 +360,7 @@ class GymnasiumVectorEnv(VectorEnv):
         obs, info = self.gymnasium_envs.reset(seed=self._reset_seed)
         self._reset_seed = None  # later resets continue each env's RNG
         self._needs_reset = False
+        self._steps_since_reset = 0  # what a mask error names: "reset" or "step N"
         if self._obs_kind == "structured":
             return self._obs_tree(obs, info)
         return self._obs_tensor(obs)
@@ -363,6 +368,7 @@ class GymnasiumVectorEnv(VectorEnv):
     def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         if self._needs_reset:  # stepped before any reset: start where reset() would
             self._reset_all()
+        self._steps_since_reset += 1
         gym_actions = self._numpy(actions)
         if self.action_kind == "discrete":
             if gym_actions.dtype != np.int64 or self._action_start:
@@ -413,13 +419,57 @@ class GymnasiumVectorEnv(VectorEnv):
         """A batch of structured gymnasium observations (and, for masks from ``info``, its masks) as a tree."""
         values = self._flat(obs)
         if self.mask_source == "info":
-            values[ACTION_MASK_KEY] = info[ACTION_MASK_KEY]
+            values[ACTION_MASK_KEY] = self._info_mask(info)
+        if self.mask_source is not None:
+            values[ACTION_MASK_KEY] = self._legal_mask(values[ACTION_MASK_KEY])
         return TensorTree(
             {
                 key: encode_leaf(part, values[key], key, self.device).clone()
                 for key, part in self.observation_parts.items()
             }
         )
+
+    def _at(self) -> str:
+        """Where the latest observations came from, for an error: ``"reset"`` or ``"step N"``."""
+        return "reset" if self._steps_since_reset == 0 else f"step {self._steps_since_reset}"
+
+    def _mask_place(self, final: bool = False) -> str:
+        """Where the adapter reads the masks, for an error: ``info['action_mask']`` or ``obs['action_mask']``."""
+        place = f"info[{ACTION_MASK_KEY!r}]" if self.mask_source == "info" else f"obs[{ACTION_MASK_KEY!r}]"
+        return f"the final {place} (of the episodes that ended)" if final else place
+
+    def _info_mask(self, info: dict[str, Any], envs: np.ndarray | None = None, final: bool = False) -> np.ndarray:
+        """gymnasium's ``info["action_mask"]`` (of the envs ``envs``; None: all); a ``ValueError`` naming the env
+        id, the step and where it looked if one lacks it (gymnasium's ``info["_action_mask"]`` says which have it)."""
+        mask = info.get(ACTION_MASK_KEY)
+        present = np.broadcast_to(info.get(f"_{ACTION_MASK_KEY}", mask is not None), (self.num_envs,))
+        envs = np.arange(self.num_envs) if envs is None else envs
+        missing = envs[~present[envs]]
+        if len(missing):
+            place = "info['final_info']['action_mask'] (of the episodes that ended)" if final else "info['action_mask']"
+            raise ValueError(
+                f"{self.env_id!r} gave no action mask at {self._at()} for env(s) {missing[:8].tolist()} of "
+                f"{self.num_envs}: rl_lightning looked in {place}; an env whose masks come from info must give "
+                "info['action_mask'] at reset and at every step"
+            )
+        return np.asarray(mask)
+
+    def _legal_mask(self, mask: Any, final: bool = False) -> np.ndarray:
+        """A batch of masks as bool (:func:`as_bool_mask`); outside ``final``, a ``ValueError`` naming the env
+        id, the step and the rows if a row has no legal action (no action could be sent for it). In numpy:
+        gymnasium's arrays are on the CPU, so the check costs no device sync."""
+        where = f"{self.env_id!r} at {self._at()}: {self._mask_place(final)}"
+        mask = as_bool_mask(np.asarray(mask), where)
+        if not final:
+            nvec = self.single_action_space.nvec.tolist() if self.action_kind == "multi_discrete" else None
+            rows = empty_mask_rows(mask.reshape(self.num_envs, -1), nvec)
+            if rows:
+                raise ValueError(
+                    f"{where} has no legal action in row(s) {rows[:8]}"
+                    f"{' (in one of its dimensions)' if nvec is not None else ''} (the env(s) of those rows, of "
+                    f"{self.num_envs}): no action can be sent for them; {MASK_CONVENTION}"
+                )
+        return mask
 
     def _flat(self, obs: Any) -> dict[str, Any]:
         """gymnasium's (batch of) observations by our flat keys (a Box one masked from ``info``: ``"observation"``)."""
@@ -430,11 +480,16 @@ class GymnasiumVectorEnv(VectorEnv):
         """``next_obs`` with the true last observation (and mask) of every env whose episode ended."""
         final = next_obs.clone()
         final_infos = info.get("final_info", {})
-        for index in np.flatnonzero(ended):
+        ended_envs = np.flatnonzero(ended)
+        if self.mask_source == "info":
+            final_masks = self._info_mask(final_infos, ended_envs, final=True)
+        for index in ended_envs:
             one = info["final_obs"][index]
             values = self._flat(one)
             if self.mask_source == "info":
-                values[ACTION_MASK_KEY] = np.asarray(final_infos[ACTION_MASK_KEY])[index]
+                values[ACTION_MASK_KEY] = final_masks[index]
+            if self.mask_source is not None:  # a terminal state may have no legal action
+                values[ACTION_MASK_KEY] = self._legal_mask(values[ACTION_MASK_KEY], final=True)
             for key, part in self.observation_parts.items():
                 final[key][index] = encode_leaf(part, np.asarray(values[key])[None], key, self.device)[0]
         return final

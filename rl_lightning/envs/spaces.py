@@ -9,7 +9,9 @@
   ``MultiBinary`` ones float32 (:func:`leaf_space`, :func:`encode_leaf`).
 - An observation key ``"action_mask"`` (bool ``(n,)``, per dimension concatenated for
   ``MultiDiscrete`` actions) holds the legal actions; the policies mask their logits with it
-  and the encoders leave it out of their features.
+  and the encoders leave it out of their features. True / 1 is legal: bool masks, and integer or
+  float ones whose values are exactly 0 or 1, are read so (:func:`as_bool_mask`); any other
+  values (a mask in the logits convention, 0 legal and -inf illegal) are a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -195,14 +197,53 @@ def leaf_space(key: str, space: gym.Space) -> gym.spaces.Box:
     )
 
 
+#: What every mask error says: how rl_lightning reads a mask, and how to convert a logits-convention one.
+MASK_CONVENTION = (
+    "rl_lightning reads action masks as True / 1 = legal, False / 0 = illegal (bool, or integers or "
+    "floats that are exactly 0 or 1); a mask in the logits convention (0 legal, -inf illegal) converts "
+    "with mask = logits_mask == 0"
+)
+
+
+def as_bool_mask(mask: np.ndarray | Tensor, where: str = "the action mask") -> np.ndarray | Tensor:
+    """An action mask (numpy or torch) as bool, True = legal: bool as it is, integers and floats
+    whose values are exactly 0 or 1 compared with 0. Any other value (``-inf``, ``0.5``, ``2``, NaN)
+    is a ``ValueError`` naming ``where`` and the convention (a torch mask not bool: one reduction,
+    read back once)."""
+    if mask.dtype in (np.bool_, torch.bool):
+        return mask
+    if isinstance(mask, Tensor):
+        if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
+            bad = mask[(mask != 0) & (mask != 1)].flatten()[:1].tolist()
+            raise ValueError(f"{where} has the {mask.dtype} value {bad[0]!r}, neither 0 nor 1: {MASK_CONVENTION}")
+        return mask != 0
+    mask = np.asarray(mask)
+    if mask.dtype.kind not in "biuf":
+        raise ValueError(f"{where} must be bool, integer or float, got {mask.dtype}: {MASK_CONVENTION}")
+    legal = mask == 1
+    if not (legal | (mask == 0)).all():
+        bad = mask[~(legal | (mask == 0))].flat[0]
+        raise ValueError(f"{where} has the {mask.dtype} value {bad.item()!r}, neither 0 nor 1: {MASK_CONVENTION}")
+    return legal
+
+
+def empty_mask_rows(mask: np.ndarray, nvec: Sequence[int] | None = None) -> list[int]:
+    """The rows of a bool numpy mask ``(batch, n)`` with no legal action (in one of the dimensions
+    ``nvec`` of a MultiDiscrete mask)."""
+    if nvec is None:
+        return np.flatnonzero(~mask.any(axis=-1)).tolist()
+    starts = np.cumsum([0, *nvec[:-1]])
+    return np.flatnonzero(~np.logical_or.reduceat(mask, starts, axis=-1).all(axis=-1)).tolist()
+
+
 def encode_leaf(space: gym.Space, values: Any, key: str, device: torch.device | str = "cpu") -> Tensor:
     """A batch of one part's gymnasium observations ``(batch, ...)`` (numpy or tensors) in our form
     (:func:`leaf_space`) on ``device``: a ``Discrete(n, start)`` index one-hot, ``MultiDiscrete``
-    indices concatenated one-hots, masks bool, anything else float32 (uint8 images kept)."""
+    indices concatenated one-hots, masks bool (:func:`as_bool_mask`: True / 1 legal, a mask of other
+    values is a ``ValueError``), anything else float32 (uint8 images kept)."""
     if key.split(KEY_SEPARATOR)[-1] == ACTION_MASK_KEY:
-        return torch.as_tensor(np.asarray(values.cpu() if isinstance(values, Tensor) else values)).to(
-            device, torch.bool, copy=True
-        )
+        mask = as_bool_mask(np.asarray(values.cpu() if isinstance(values, Tensor) else values), f"obs[{key!r}]")
+        return torch.as_tensor(mask).to(device, torch.bool, copy=True)
     if isinstance(space, gym.spaces.Discrete):
         index = torch.as_tensor(np.asarray(values, dtype=np.int64)).reshape(-1).to(device) - int(space.start)
         return torch.zeros(index.shape[0], int(space.n), device=device).scatter_(1, index.unsqueeze(1), 1.0)
