@@ -23,14 +23,19 @@ from rl_lightning.playing import play_greedy
 from rl_lightning.video import encode_mp4
 
 
-def load_module(ckpt_path: str, env_id: str | None = None):
-    """The module saved in ``ckpt_path`` (its own class), on the CPU, optionally for another env id."""
+def load_module(ckpt_path: str, env_id: str | None = None, trust_checkpoint: bool = False):
+    """The module saved in ``ckpt_path`` (its own class), on the CPU, optionally for another env id. Its
+    hyper-parameters are data: a class path in them outside ``rl_lightning.trust``'s allow-list is refused
+    before anything is imported, unless ``trust_checkpoint``."""
     algorithm = load_checkpoint_file(ckpt_path)[CHECKPOINT_KEY].get("algorithm")
     classes = {cls.__name__: cls for cls in algos.ALGORITHMS}
     if algorithm not in classes:
         raise ValueError(f"{ckpt_path} was saved by {algorithm!r}, not one of {', '.join(classes)}")
     overrides = {"env_id": env_id} if env_id else {}
-    return classes[algorithm].load_from_checkpoint(ckpt_path, map_location="cpu", **overrides).eval()
+    module_class = classes[algorithm]
+    return module_class.load_from_checkpoint(
+        ckpt_path, map_location="cpu", trust_remote_code=trust_checkpoint, **overrides
+    ).eval()
 
 
 def play(module, episodes: int, seed: int, backend: str, video: Path | None, max_steps: int) -> list[float]:
@@ -83,6 +88,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="the env's seed (default: 0)")
     parser.add_argument("--max_episode_steps", type=int, default=100_000, help="cap for envs without a time limit")
     parser.add_argument("--video", type=Path, default=None, help="write an MP4 of the episodes here")
+    parser.add_argument(
+        "--trust_checkpoint",
+        action="store_true",
+        help="the checkpoint is yours: allow any class path in its hyper-parameters (by default only "
+        "rl_lightning's algorithms and gymnasium's wrappers)",
+    )
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error(f"--episodes must be at least 1, got {args.episodes}")
@@ -91,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.video is not None and args.video.suffix.lower() != ".mp4":
         parser.error(f"--video writes an MP4: give a path ending in .mp4, got {str(args.video)!r}")
     try:
-        module = load_module(args.ckpt_path, args.env_id)
+        module = load_module(args.ckpt_path, args.env_id, args.trust_checkpoint)
         returns = play(module, args.episodes, args.seed, args.backend, args.video, args.max_episode_steps)
     except ValueError as error:
         parser.exit(2, f"error: {error}\n")

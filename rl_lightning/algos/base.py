@@ -14,11 +14,12 @@ A subclass implements ``make_source`` (its data source over the envs), ``policy_
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
 
 import lightning as L
 import numpy as np
@@ -43,6 +44,7 @@ from rl_lightning.checkpoints import (
 from rl_lightning.compiling import CompiledFunctions, check_compile
 from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.data.source import EnvSource
+from rl_lightning.deprecations import renamed_in_checkpoint, wrap_init
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.registry import BACKENDS, compilable_env_ids, is_native_env_id
@@ -51,6 +53,7 @@ from rl_lightning.export import export_policy, to_torchscript
 from rl_lightning.progress import RLProgressBar
 from rl_lightning.seeding import derive_seed
 from rl_lightning.stopping import CollectiveStop
+from rl_lightning.trust import check_file_hyperparameters, untrusted
 
 __all__ = ["RLModule", "as_numpy", "is_tensor_input"]
 
@@ -72,12 +75,19 @@ class RLModule(L.LightningModule):
 
     #: Action spaces the algorithm can learn: "discrete", "box".
     action_kinds: ClassVar[tuple[str, ...]] = ("discrete", "box")
-    #: Former names of hyper-parameters (``{"use_iw": "importance_weighting"}``): a checkpoint saved with
-    #: one loads with its value.
+    #: Former names of hyper-parameters (``{"use_iw": "importance_weighting"}``): the constructor, the command
+    #: lines and configs take them with a ``DeprecationWarning``, and a checkpoint saved with one loads with its value.
     renamed_hyperparameters: ClassVar[dict[str, str]] = {}
     #: Log the charts once per epoch (on-policy algorithms: an epoch is a rollout) instead of
     #: every ``Trainer(log_every_n_steps)`` optimizer steps.
     log_per_epoch: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # The subclass's __init__ also takes the former names (rl_lightning.deprecations.wrap_init: the signature,
+        # the hparams and an unknown keyword's TypeError stay the real ones).
+        super().__init_subclass__(**kwargs)
+        if cls.renamed_hyperparameters and ("__init__" in vars(cls) or "renamed_hyperparameters" in vars(cls)):
+            cls.__init__ = wrap_init(cls.__init__, cls.renamed_hyperparameters, cls.__name__)
 
     def __init__(
         self,
@@ -290,12 +300,13 @@ class RLModule(L.LightningModule):
 
         Tensors in, tensors out (on the module's device); anything else (a numpy array from a
         gymnasium env, a list) gives numpy, so ``env.step(module.act(obs))`` works on a gymnasium
-        env: a numpy int for one ``Discrete`` observation, an array otherwise. A Dict or Tuple
+        env: a numpy int for one ``Discrete`` observation, an array otherwise, in gymnasium's values
+        (``start + k`` for a ``Discrete(n, start)``; tensors stay our indices ``k``). A Dict or Tuple
         observation is taken as gymnasium gives it (a dict / tuple of arrays or tensors, ``Discrete``
         parts as integers), or as our envs give it (a dict of tensors, ``rl_lightning.envs.spaces``).
 
         Args:
-            action_mask: bool ``(*batch, n)``, the legal actions, for an env with masks: required where
+            action_mask: bool or 0 / 1 ``(*batch, n)``, True = legal, for an env with masks: required where
                 they come from ``info["action_mask"]`` (Taxi), optional where the observation has an
                 ``"action_mask"`` key (it then replaces that key).
 
@@ -306,7 +317,7 @@ class RLModule(L.LightningModule):
         tensor_in = is_tensor_input(obs)
         obs, batch_shape = self._inputs.batch(obs, action_mask, self.device)
         actions = self.policy_actions(obs, greedy).reshape((*batch_shape, *self.action_shape))
-        return actions if tensor_in else as_numpy(actions)
+        return actions if tensor_in else self._inputs.gymnasium_actions(as_numpy(actions))
 
     @property
     def recurrent(self) -> bool:
@@ -456,23 +467,78 @@ class RLModule(L.LightningModule):
         return cls.__name__
 
     @classmethod
-    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Lightning's ``load_from_checkpoint``, after checking that the file is a checkpoint of an
-        rl_lightning module (an empty, text or foreign file is a ``ValueError`` saying which, not an
-        ``EOFError`` or ``KeyError``); a checkpoint of another algorithm or env is one too."""
-        if isinstance(checkpoint_path, (str, Path)):
-            saved = load_checkpoint_file(checkpoint_path).get("hyper_parameters") or {}
-            kwargs = {**cls.upgraded_hyperparameters(saved), **kwargs}  # what the caller passes wins
-        return L.LightningModule.load_from_checkpoint.__func__(cls, checkpoint_path, *args, **kwargs)
+    def load_from_checkpoint(  # type: ignore[override]
+        cls,
+        checkpoint_path: str | Path | IO[bytes],
+        map_location: Any = None,
+        hparams_file: str | Path | None = None,
+        strict: bool | None = None,
+        trust_remote_code: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """The module saved in ``checkpoint_path``, built as Lightning's ``load_from_checkpoint`` builds it
+        (the saved hyper-parameters, ``kwargs`` overriding them, then the weights), with nothing in the file
+        able to run code:
+
+        - it is read with ``torch.load(weights_only=True)`` (no pickle runs); an empty, text or foreign file
+          is a ``ValueError`` saying which, and so is a checkpoint of another algorithm or env;
+        - its hyper-parameters are data: the class paths they name (wrappers, ``_class_path``, Lightning's
+          ``_instantiator``, ``{"class_path": ...}`` specs) must be on ``rl_lightning.trust``'s allow-list,
+          checked before anything is imported, and the module is built as ``cls(**hyper_parameters)``,
+          never by jsonargparse;
+        - a value saved under a former name loads under its new one (``renamed_hyperparameters``).
+
+        Args:
+            checkpoint_path: a checkpoint file (or an open binary file).
+            map_location: where the weights go (a device or Lightning's ``map_location`` forms; None: the
+                CPU, or wherever the saved tensors were).
+            hparams_file: a YAML or CSV file of hyper-parameters replacing the checkpoint's (yours: trusted).
+            strict: as ``load_state_dict``'s.
+            trust_remote_code: the file is yours: allow any class path in it (as Hugging Face spells it).
+            **kwargs: hyper-parameters that replace the checkpoint's (yours: not checked against the list).
+
+        Raises:
+            rl_lightning.trust.UntrustedCheckpointError: a ``ValueError`` naming the key, for a class path
+                outside the allow-list.
+        """
+        from lightning.pytorch.core.saving import _load_state, load_hparams_from_tags_csv, load_hparams_from_yaml
+        from lightning.pytorch.utilities.migration.utils import _pl_migrate_checkpoint
+
+        check_bool("trust_remote_code", trust_remote_code)
+        where = str(checkpoint_path) if isinstance(checkpoint_path, (str, Path)) else "the checkpoint"
+        checkpoint = load_checkpoint_file(checkpoint_path, map_location)
+        path = checkpoint_path if isinstance(checkpoint_path, (str, Path)) else None
+        checkpoint = _pl_migrate_checkpoint(checkpoint, checkpoint_path=path)
+        if hparams_file is not None:
+            suffix = str(hparams_file).rsplit(".", 1)[-1].lower()
+            if suffix not in ("csv", "yml", "yaml"):
+                raise ValueError(f"hparams_file must be a .csv, .yml or .yaml file, got {str(hparams_file)!r}")
+            loaded = (
+                load_hparams_from_tags_csv(hparams_file) if suffix == "csv" else load_hparams_from_yaml(hparams_file)
+            )
+            checkpoint["hyper_parameters"] = dict(loaded or {})
+        # What the caller passes is theirs; what the file holds is data, checked before anything is built.
+        from_file = {
+            name: value for name, value in (checkpoint.get("hyper_parameters") or {}).items() if name not in kwargs
+        }
+        if not trust_remote_code and hparams_file is None:
+            check_file_hyperparameters(from_file, where)
+        for key in ("_instantiator", "_class_path"):  # Lightning's jsonargparse path, which would build class specs
+            from_file.pop(key, None)
+        checkpoint["hyper_parameters"] = {**from_file, **cls.upgraded_hyperparameters(from_file), **kwargs}
+        # A wrapper class path the file holds resolves against the allow-list even at construction.
+        trusted = trust_remote_code or hparams_file is not None or "env_kwargs" in kwargs
+        with contextlib.nullcontext() if trusted else untrusted(where):
+            model = _load_state(cls, checkpoint, strict=strict)
+        tensor = next((value for value in checkpoint["state_dict"].values() if isinstance(value, Tensor)), None)
+        return model.to(tensor.device) if tensor is not None else model
 
     @classmethod
     def upgraded_hyperparameters(cls, saved: dict[str, Any]) -> dict[str, Any]:
-        """The hyper-parameters of an older checkpoint that this version spells otherwise: a value saved
-        under a former name (``renamed_hyperparameters``) under its new one (Lightning would drop the
-        unknown name silently)."""
-        return {
-            new: saved[old] for old, new in cls.renamed_hyperparameters.items() if old in saved and new not in saved
-        }
+        """A checkpoint's hyper-parameters ``saved`` as this version spells them: a value saved under a former
+        name (``renamed_hyperparameters``) under its new one, the former name gone, with a ``DeprecationWarning``
+        (Lightning would drop the unknown name silently); the others as saved."""
+        return renamed_in_checkpoint(saved, cls.renamed_hyperparameters, cls.__name__)
 
     def extra_checkpoint_state(self) -> dict[str, Any]:
         """What the algorithm adds to the checkpoint payload (besides weights and sources)."""

@@ -16,6 +16,7 @@ import functools
 import importlib
 import warnings
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -43,6 +44,7 @@ from rl_lightning.envs.spaces import (
     is_structured,
     leaf_space,
 )
+from rl_lightning.trust import as_mapping, is_allowed_wrapper_path, refused_wrapper, untrusted_source
 
 VECTORIZATION_MODES = ("sync", "async")
 CARTPOLE_PIXELS_ID = "rl_lightning/CartPolePixels-v1"
@@ -113,20 +115,37 @@ def _unsupported(env_id: str, which: str, space: gym.Space, allowed: str) -> Val
 
 def resolve_wrappers(wrappers: Any) -> list[Any]:
     """``env_kwargs["wrappers"]`` as gymnasium's ``make_vec`` takes them: a list whose entries are a
-    wrapper class or callable ``env -> env``, its class path (``"gymnasium.wrappers.FlattenObservation"``,
+    ``gymnasium.Wrapper`` subclass, a callable ``env -> env`` passed as an object (a function, a
+    ``functools.partial``), the class path of a wrapper (``"gymnasium.wrappers.FlattenObservation"``,
     what a YAML config or a command line can hold, and a checkpoint can store), or
-    ``{"class_path": ..., "init_args": {...}}`` for one with arguments."""
+    ``{"class_path": ..., "init_args": {...}}`` for one with arguments.
+
+    A class path must name a ``gymnasium.Wrapper`` subclass, checked before it is called. While an
+    untrusted file is loaded (``rl_lightning.trust``), a class path resolves only against the
+    allow-list, before anything is imported.
+
+    Raises:
+        TypeError: for an entry that is not a wrapper (``"os.system"``, a class that is not a wrapper).
+        ValueError: for a class path that cannot be imported or that a file may not name.
+    """
     if not isinstance(wrappers, (list, tuple)):
         raise TypeError(f"env_kwargs['wrappers'] must be a list of wrappers, got {type(wrappers).__name__}")
     resolved = []
     for index, wrapper in enumerate(wrappers):
         where = f"env_kwargs['wrappers'][{index}]"
         init_args: dict[str, Any] = {}
-        if isinstance(wrapper, dict):
-            if set(wrapper) - {"class_path", "init_args"} or "class_path" not in wrapper:
+        spec = None if isinstance(wrapper, str) else as_mapping(wrapper)  # a dict, or jsonargparse's Namespace
+        if spec is not None:
+            if set(spec) - {"class_path", "init_args"} or not isinstance(spec.get("class_path"), str):
                 raise ValueError(f"{where} must be {{'class_path': ..., 'init_args': {{...}}}}, got {wrapper!r}")
-            wrapper, init_args = wrapper["class_path"], dict(wrapper.get("init_args") or {})
+            parsed = not isinstance(wrapper, Mapping)  # jsonargparse's Namespace: every parameter, the env's too
+            wrapper, init_args = spec["class_path"], dict(as_mapping(spec.get("init_args")) or {})
+            if parsed:
+                init_args.pop("env", None)
         if isinstance(wrapper, str):
+            source = untrusted_source()
+            if source is not None and not is_allowed_wrapper_path(wrapper):
+                raise refused_wrapper(wrapper, where, source)
             module_name, _, name = wrapper.rpartition(".")
             try:
                 wrapper = getattr(importlib.import_module(module_name), name)
@@ -135,10 +154,27 @@ def resolve_wrappers(wrappers: Any) -> list[Any]:
                     f"{where}: cannot import {wrapper!r} (a class path such as "
                     f"'gymnasium.wrappers.FlattenObservation'): {error}"
                 ) from None
-        if not callable(wrapper):
+            if not (isinstance(wrapper, type) and issubclass(wrapper, gym.Wrapper)):
+                raise TypeError(
+                    f"{where}: {module_name}.{name} is not a gymnasium.Wrapper subclass, which a class path must "
+                    f"name (it is {_describe(wrapper)}); pass your own callable env -> env as an object from Python"
+                )
+        elif isinstance(wrapper, type) and not issubclass(wrapper, gym.Wrapper):
+            raise TypeError(
+                f"{where}: {wrapper.__module__}.{wrapper.__qualname__} is a class but not a gymnasium.Wrapper "
+                "subclass; pass a wrapper class or a callable env -> env"
+            )
+        elif not callable(wrapper):
             raise TypeError(f"{where} must be a wrapper class, a callable env -> env or a class path, got {wrapper!r}")
         resolved.append(functools.partial(wrapper, **init_args) if init_args else wrapper)
     return resolved
+
+
+def _describe(value: Any) -> str:
+    """``a builtin function``, ``a class``, ``a module``, ... for a message."""
+    if isinstance(value, type):
+        return f"the class {value.__module__}.{value.__qualname__}"
+    return f"a {type(value).__name__}"
 
 
 def _quiet_async_worker(*args: Any) -> None:
@@ -328,6 +364,8 @@ class GymnasiumVectorEnv(VectorEnv):
 
     def _convert_action_space(self, env_id: str, space: gym.Space) -> None:
         """Set ``single_action_space`` (our form) and how to map actions back to gymnasium's."""
+        #: gymnasium's own action space of one env (``Discrete(n, start)``: our action k is its start + k).
+        self.gymnasium_action_space = space
         self._action_np_dtype = getattr(space, "dtype", None)
         if isinstance(space, gym.spaces.Discrete):
             self._action_start = int(space.start)
