@@ -890,9 +890,21 @@ def _box_bounds(action_space: gym.spaces.Box) -> tuple[Tensor, Tensor]:
         )
     return (high - low) / 2, (high + low) / 2
 
+    largest = float(torch.maximum(low.abs().max(), high.abs().max()))
+    if largest > _MAX_ACTION_BOUND:
+        # The critics take the actions as inputs and the losses square what grows with them: past
+        # sqrt(float32 max) such a square is infinite, the first update NaN.
+        raise ValueError(
+            f"a squashed (tanh) actor's action bounds must be within +-{_MAX_ACTION_BOUND:.2g}, got {largest:.3g} "
+            f"in {action_space!r}: float32 overflows at actions that large; rescale the env's actions to [-1, 1] "
+            "(gymnasium.wrappers.RescaleAction)"
+        )
 
 def _vector_trunk(observation_space: gym.spaces.Box, hidden_sizes: Sequence[int]) -> tuple[nn.Sequential, int]:
     """Flatten and an MLP of ReLU layers for a vector observation (images are refused by name)."""
+_MAX_ACTION_BOUND = math.sqrt(torch.finfo(torch.float32).max)  # about 1.8e19
+
+
     if isinstance(observation_space, gym.spaces.Dict):
         raise ValueError(
             f"SAC and TD3 take Box observations, got the Dict space {observation_space!r}: flatten it "

@@ -1,7 +1,7 @@
 """``RunGuard``: what every rl_lightning run needs from the Trainer, in one callback ``RLModule`` adds.
 
 - the Trainer settings the modules cannot honour are refused (a precision other than float32 or
-  mixed, gradient accumulation);
+  mixed, gradient accumulation: ``check_trainer_settings``, which the command line also calls);
 - checkpoints are written atomically (``AtomicCheckpointIO``), unless the Trainer was given its own
   ``CheckpointIO``;
 - TensorBoard gets no placeholder ``hp_metric = -1`` curve;
@@ -16,7 +16,9 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import gymnasium as gym
 import lightning as L
+import numpy as np
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.loggers import TensorBoardLogger
@@ -24,6 +26,8 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from rl_lightning.checkpoints import AtomicCheckpointIO
 
 SUPPORTED_PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed")
+#: Finite action bounds beyond this name the bounds in the NaN guard's advice instead of the learning rate.
+LARGE_ACTION_BOUND = 1e3
 
 # The data sources define __len__ (a length Lightning does not prefetch, which keeps on-policy data
 # on-policy; they run in the main process, so its multi-worker caveat does not apply), on-policy epochs
@@ -54,6 +58,24 @@ def disable_default_hp_metric(logger: Any) -> None:
         logger._default_hp_metric = False
 
 
+def check_trainer_settings(trainer: L.Trainer) -> None:
+    """Refuse the Trainer settings the modules cannot honour (``RunGuard`` at setup; the command line right
+    after it builds the Trainer, as a usage error): a precision other than float32 or mixed, gradient
+    accumulation."""
+    precision = str(trainer.precision)
+    if precision not in SUPPORTED_PRECISIONS:
+        raise ValueError(
+            f"Trainer(precision={precision!r}) is not supported: the envs produce float32 observations for "
+            f"float32 networks; use precision='32-true', or 'bf16-mixed' / '16-mixed' for mixed precision"
+        )
+    if trainer.accumulate_grad_batches != 1:
+        raise ValueError(
+            f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) is not supported: every batch is "
+            "fresh experience and the schedules count env steps per optimizer step; use accumulate_grad_batches=1, "
+            "and for bigger updates raise num_envs, num_steps_per_rollout or batch_size instead"
+        )
+
+
 class RunGuard(L.Callback):
     """Refuse the Trainer settings the modules cannot honour, write checkpoints atomically, drop the
     placeholder ``hp_metric``, stop a run whose loss or weights became NaN, and silence Lightning's
@@ -65,18 +87,7 @@ class RunGuard(L.Callback):
         self._weights: list[torch.Tensor] = []  # detached views of the module's parameters (they update in place)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        precision = str(trainer.precision)
-        if precision not in SUPPORTED_PRECISIONS:
-            raise ValueError(
-                f"Trainer(precision={precision!r}) is not supported: the envs produce float32 observations for "
-                f"float32 networks; use precision='32-true', or 'bf16-mixed' / '16-mixed' for mixed precision"
-            )
-        if trainer.accumulate_grad_batches != 1:
-            raise ValueError(
-                f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) is not supported: every batch is "
-                "fresh experience and the schedules count env steps per optimizer step; for bigger updates raise "
-                "num_envs, num_steps_per_rollout or batch_size instead"
-            )
+        check_trainer_settings(trainer)
         if self._warnings is None:  # left in teardown (or on_exception)
             self._warnings = warnings.catch_warnings()
             self._warnings.__enter__()
@@ -129,10 +140,33 @@ class RunGuard(L.Callback):
             return
         bad = [name for name, p in pl_module.named_parameters() if not bool(torch.isfinite(p).all())]
         what = f"the weights ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})" if bad else "the loss"
-        lr = pl_module.hparams.get("lr")
+        bound = _largest_action_bound(pl_module)
+        if bound > LARGE_ACTION_BOUND:
+            # SAC's and TD3's actions are scaled to the bounds and the critics take them as inputs: actions of
+            # that size overflow float32 whatever the learning rate.
+            advice = (
+                f"The env's action bounds reach {bound:.3g} (sensible: about [-1, 1], at most a few hundred), and "
+                "actions that large likely overflow the networks' float32: rescale the env's actions to [-1, 1] "
+                "(env_kwargs={'wrappers': [{'class_path': 'gymnasium.wrappers.RescaleAction', 'init_args': "
+                "{'min_action': -1.0, 'max_action': 1.0}}]}), then check the env's rewards and observations for NaN"
+            )
+        else:
+            advice = (
+                f"Try a lower learning rate (lr={pl_module.hparams.get('lr')}), gradient clipping (max_grad_norm / "
+                "Trainer(gradient_clip_val=...)), or check the env's rewards and observations for NaN"
+            )
         raise FloatingPointError(
             f"{type(pl_module).__name__}: {what} became NaN or infinite at optimizer step {pl_module.global_step} "
-            f"(env step {pl_module.env_steps:,}){before}. Try a lower learning rate (lr={lr}), "
-            "gradient clipping (max_grad_norm / Trainer(gradient_clip_val=...)), or check the env's rewards and "
-            "observations for NaN; the run stopped before saving it, so the last checkpoint is the last good one"
+            f"(env step {pl_module.env_steps:,}){before}. {advice}; the run stopped before saving it, so the last "
+            "checkpoint is the last good one"
         )
+
+
+def _largest_action_bound(pl_module: Any) -> float:
+    """The largest finite magnitude of the module's ``Box`` action bounds (0 without a ``Box``)."""
+    space = getattr(pl_module, "action_space", None)
+    if not isinstance(space, gym.spaces.Box):
+        return 0.0
+    bounds = np.abs(np.concatenate([np.ravel(space.low), np.ravel(space.high)]).astype(np.float64))
+    bounds = bounds[np.isfinite(bounds)]
+    return float(bounds.max()) if bounds.size else 0.0
