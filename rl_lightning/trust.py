@@ -98,7 +98,8 @@ def refused_wrapper(path: str, key: str, where: str) -> UntrustedCheckpointError
 def check_file_hyperparameters(hparams: Mapping[str, Any], where: str) -> None:
     """Raise :class:`UntrustedCheckpointError` if the hyper-parameters read from ``where`` (a checkpoint,
     a Hub folder) name a class or function outside the allow-list: a ``_class_path`` that is not one of
-    rl_lightning's algorithms, an ``_instantiator`` that is not Lightning's own, a wrapper of
+    rl_lightning's algorithms, an ``_instantiator`` that is not Lightning's own, an ``env_id`` in gymnasium's
+    ``"module:id"`` form (``gymnasium.make`` would import the module), a wrapper of
     ``env_kwargs["wrappers"]`` that is not allowed, or a ``{"class_path": ...}`` spec anywhere else.
     Reads strings only: nothing is imported."""
     if not isinstance(hparams, Mapping):
@@ -116,6 +117,13 @@ def check_file_hyperparameters(hparams: Mapping[str, Any], where: str) -> None:
             f"{where}: hyper_parameters['_instantiator'] is {instantiator!r}, not Lightning's own "
             f"(lightning.pytorch.cli.instantiate_module): the file was edited; nothing was imported; {TRUST_FILE} "
             "(rl_lightning never calls a checkpoint's instantiator)"
+        )
+    env_id = hparams.get("env_id")
+    if isinstance(env_id, str) and ":" in env_id:
+        module = env_id.split(":", 1)[0]
+        raise UntrustedCheckpointError(
+            f"{where}: hyper_parameters['env_id'] is {env_id!r}, gymnasium's 'module:id' form, which imports "
+            f"{module!r}; nothing was imported; {TRUST_FILE}"
         )
     for name, value in hparams.items():
         if name in ("_class_path", "_instantiator"):

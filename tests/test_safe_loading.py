@@ -49,6 +49,7 @@ ATTACKS = {
     ),
     "module class path": lambda h, marker: h.update(_class_path="relmark_import.PPOModule"),
     "Lightning instantiator": lambda h, marker: h.update(_instantiator="relmark_import.evil"),
+    "gymnasium module:id env id": lambda h, marker: h.update(env_backend="gymnasium", env_id="relmark_import:Evil-v0"),
     "spec in another hyper-parameter": lambda h, marker: h.update(
         hidden_sizes={"class_path": "os.system", "init_args": {"command": f"touch {marker}"}}
     ),
