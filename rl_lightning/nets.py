@@ -888,8 +888,6 @@ def _box_bounds(action_space: gym.spaces.Box) -> tuple[Tensor, Tensor]:
             f"a squashed (tanh) actor needs finite action bounds, got {action_space!r}: rescale the env's actions "
             "(gymnasium.wrappers.RescaleAction) or use PPOModule / VPGModule, whose Gaussian is unbounded"
         )
-    return (high - low) / 2, (high + low) / 2
-
     largest = float(torch.maximum(low.abs().max(), high.abs().max()))
     if largest > _MAX_ACTION_BOUND:
         # The critics take the actions as inputs and the losses square what grows with them: past
@@ -899,12 +897,14 @@ def _box_bounds(action_space: gym.spaces.Box) -> tuple[Tensor, Tensor]:
             f"in {action_space!r}: float32 overflows at actions that large; rescale the env's actions to [-1, 1] "
             "(gymnasium.wrappers.RescaleAction)"
         )
+    return (high - low) / 2, (high + low) / 2
 
-def _vector_trunk(observation_space: gym.spaces.Box, hidden_sizes: Sequence[int]) -> tuple[nn.Sequential, int]:
-    """Flatten and an MLP of ReLU layers for a vector observation (images are refused by name)."""
+
 _MAX_ACTION_BOUND = math.sqrt(torch.finfo(torch.float32).max)  # about 1.8e19
 
 
+def _vector_trunk(observation_space: gym.spaces.Box, hidden_sizes: Sequence[int]) -> tuple[nn.Sequential, int]:
+    """Flatten and an MLP of ReLU layers for a vector observation (images are refused by name)."""
     if isinstance(observation_space, gym.spaces.Dict):
         raise ValueError(
             f"SAC and TD3 take Box observations, got the Dict space {observation_space!r}: flatten it "
