@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -86,6 +86,9 @@ class DQNModule(OffPolicyModule):
     """
 
     action_kinds = ("discrete",)
+    # steps_per_train was train_freq before the off-policy layer's gradient_steps (with gradient_steps=1, the same:
+    # vectorised env steps per collection).
+    renamed_hyperparameters: ClassVar[dict[str, str]] = {"steps_per_train": "train_freq"}
 
     def __init__(
         self,
