@@ -39,11 +39,37 @@ def check_compile(value: Any) -> dict[str, Any] | None:
             raise ValueError(
                 f"compile got unknown torch.compile arguments {unknown}; allowed: {', '.join(COMPILE_ARGUMENTS)}"
             )
+        _check_mode_and_backend(value)
         return dict(value)
     raise TypeError(
         f"compile must be a bool or a dict of torch.compile arguments ({', '.join(COMPILE_ARGUMENTS)}), "
         f"got {type(value).__name__}"
     )
+
+
+def _check_mode_and_backend(arguments: dict[str, Any]) -> None:
+    """torch.compile's own checks of ``mode`` and ``backend``, here where ``compile`` enters rather than at the
+    first update (torch raises them inside the first training step)."""
+    mode, backend = arguments.get("mode"), arguments.get("backend")
+    if mode is not None and arguments.get("options") is not None:
+        raise ValueError(
+            f"compile got both mode ({mode!r}) and options: torch.compile takes one of them; "
+            "give the mode's settings as options instead"
+        )
+    if mode is not None:
+        import torch._inductor  # already imported by Lightning: no cost
+
+        modes = tuple(torch._inductor.list_mode_options())
+        if mode not in modes:
+            raise ValueError(f"compile got mode {mode!r}; allowed modes: {', '.join(modes)}")
+    if backend is not None and not callable(backend):
+        import torch._dynamo
+
+        backends = torch._dynamo.list_backends(exclude_tags=())
+        if backend not in backends:
+            raise ValueError(
+                f"compile got backend {backend!r}; allowed backends: {', '.join(backends)} (or a callable)"
+            )
 
 
 def torch_compile(function: Callable[..., Any], **options: Any) -> Callable[..., Any]:
