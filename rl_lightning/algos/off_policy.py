@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
@@ -32,6 +33,27 @@ from rl_lightning.checkpoints import gather_over_ranks
 from rl_lightning.data.replay import ReplayBufferSamples, ReplaySource, check_buffer_settings
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.seeding import derive_seed
+
+
+def check_warmup_settings(
+    learning_starts: int, num_envs: int, n_step: int, train_freq: int, world_size: int = 1
+) -> None:
+    """The first update samples n-step chains: the warm-up and the first collection must leave more than
+    ``(n_step - 1) * num_envs`` transitions in each process's buffer, i.e. at least ``n_step`` vectorised
+    steps (``ceil(learning_starts / (num_envs * world_size))`` random ones, then ``train_freq``)."""
+    missing = n_step - train_freq  # vectorised warm-up steps the first sample needs
+    if missing <= 0:
+        return
+    per_vector_step = num_envs * world_size
+    smallest = (missing - 1) * per_vector_step + 1
+    if learning_starts < smallest:
+        processes = f" and {world_size} processes" if world_size > 1 else ""
+        raise ValueError(
+            f"learning_starts ({learning_starts}) is too small for n_step={n_step}: with num_envs={num_envs}"
+            f"{processes} and train_freq={train_freq}, the first update would sample {n_step}-step chains from a "
+            f"buffer holding {math.ceil(learning_starts / per_vector_step) + train_freq} of the {n_step} steps per "
+            f"env they need; use learning_starts >= {smallest}, a smaller n_step, or train_freq >= {n_step}"
+        )
 
 
 @dataclass(frozen=True)
@@ -106,6 +128,7 @@ class OffPolicyModule(RLModule):
         check_int("gradient_steps", gradient_steps, 1)
         check_int("steps_per_epoch", steps_per_epoch, 1)
         check_bool("checkpoint_buffer", checkpoint_buffer)
+        check_warmup_settings(learning_starts, num_envs, n_step, train_freq)
         self._num_envs = num_envs
         #: The replay settings of the layer.
         self.replay = ReplaySettings(
@@ -133,10 +156,28 @@ class OffPolicyModule(RLModule):
         """``(target, online)`` pairs for ``TargetNetworkSync``."""
         raise NotImplementedError
 
+    def _refuse_structured_observations(self) -> None:
+        """SAC's and TD3's networks take one vector: a Dict or Tuple observation is refused, named as the env
+        gives it (inside rl_lightning both are a flat Dict)."""
+        if not isinstance(self.observation_space, gym.spaces.Dict):
+            return
+        space = self._inputs.gymnasium_space
+        if not isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):  # a native env's Dict (or obs + info mask)
+            space = self.observation_space
+        kind = type(space).__name__
+        raise ValueError(
+            f"{type(self).__name__} takes Box observations, got the {kind} space {space!r} of "
+            f"{self.hparams.env_id!r}: flatten it "
+            "(env_kwargs={'wrappers': ['gymnasium.wrappers.FlattenObservation']}) or use PPOModule, VPGModule or "
+            "DQNModule, which take Dict and Tuple observations"
+        )
+
     # -- the source, the clock ------------------------------------------------------------------------
 
     def make_source(self, envs: VectorEnv) -> ReplaySource:
         replay = self.replay
+        # Under DDP each process plays its share of learning_starts: fewer steps of its own.
+        check_warmup_settings(replay.learning_starts, self._num_envs, replay.n_step, replay.train_freq, self.world_size)
         return ReplaySource(
             envs,
             self.explore,

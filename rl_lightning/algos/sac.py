@@ -134,6 +134,7 @@ class SACModule(OffPolicyModule):
         if max_grad_norm is not None:
             check_float("max_grad_norm", max_grad_norm, 0.0, low_open=True)
         self.save_hyperparameters()
+        self._refuse_structured_observations()
         with seeded(seed):  # the same initial weights on every rank
             self.actor = SquashedGaussianActor(self.observation_space, self.action_space, hidden_sizes)
             self.critic = CriticEnsemble(self.observation_space, self.action_space, num_critics, hidden_sizes)
