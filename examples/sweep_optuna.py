@@ -44,6 +44,8 @@ import lightning as L
 import optuna
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from optuna.exceptions import StorageInternalError
+from sqlalchemy.exc import SQLAlchemyError
 
 from rl_lightning import VPGModule
 from rl_lightning.callbacks import evaluate_policy
@@ -198,11 +200,19 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.timeout is not None and not args.timeout > 0:
         parser.error(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    settings = SweepSettings(budget_env_steps=args.budget_env_steps, seed=args.seed)
+    if not settings.eval_points:
+        parser.error(
+            f"--budget_env_steps ({args.budget_env_steps:,}) must reach the first evaluation point "
+            f"({settings.eval_every_n_env_steps:,} env steps): a trial needs at least one evaluation"
+        )
     torch.set_num_threads(args.num_threads)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # no per-trial Trainer banner
     warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*")  # Lightning's own, once per trial
-    settings = SweepSettings(budget_env_steps=args.budget_env_steps, seed=args.seed)
-    study = make_study(settings, args.storage, args.study_name)
+    try:
+        study = make_study(settings, args.storage, args.study_name)
+    except (StorageInternalError, SQLAlchemyError, ValueError) as error:
+        parser.error(f"--storage {args.storage}: cannot open or write the study there: {_first_line(error)}")
     start = time.perf_counter()
     try:
         study.optimize(lambda trial: objective(trial, settings), n_trials=args.n_trials, timeout=args.timeout)
@@ -224,6 +234,13 @@ def main(argv: list[str] | None = None) -> None:
     solved = best.user_attrs.get("env_steps_to_solve")
     print(f"best trial {best.number}: value {best.value:.1f}, params {best.params}")
     print(f"  solved at {solved:,} env steps" if solved else "  not solved within the budget")
+
+
+def _first_line(error: BaseException) -> str:
+    """The error's message without SQLAlchemy's background link and statement lines (its cause's, for
+    Optuna's wrapper of it)."""
+    cause = error.__cause__ if isinstance(error, StorageInternalError) and error.__cause__ else error
+    return str(cause).splitlines()[0] if str(cause) else type(cause).__name__
 
 
 if __name__ == "__main__":
