@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rl_lightning._checks import check_choice, check_int, check_sizes
+from rl_lightning.deprecations import renamed_keywords
 from rl_lightning.envs.base import space_kind
 from rl_lightning.envs.spaces import ACTION_MASK_KEY, MASK_CONVENTION, TensorTree, as_bool_mask, zeros_like_space
 
@@ -616,6 +617,7 @@ class QNetwork(_EncoderHeadNetwork):
         network: your own encoder (observations -> features) instead of the default.
     """
 
+    @renamed_keywords(observation_space="obs_shape", action_space="num_actions")  # the names it had for a while
     def __init__(
         self,
         obs_shape: Sequence[int] | gym.spaces.Box,

@@ -14,6 +14,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 
 from rl_lightning._checks import check_int, check_seed
+from rl_lightning.deprecations import renamed_keywords
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.gym_adapter import NO_TIME_LIMIT_EVAL_STEPS, encode_observations
@@ -49,6 +50,7 @@ class EvalResult(NamedTuple):
         return self.returns.float().std(correction=0).item()
 
 
+@renamed_keywords(act="policy", env_id="env")  # the first release's names
 @torch.no_grad()
 def evaluate_policy(
     policy: Callable[[Tensor], Tensor] | Any,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import lightning as L
@@ -38,9 +39,20 @@ class TargetNetworkSync(L.Callback):
         every_n_env_steps: update period in env steps.
         tau: interpolation weight in (0, 1]; 1.0 copies.
         every_n_train_steps: update period in training steps (updates), instead of env steps.
+        online_attr, target_attr: deprecated (the first release's): the names of one online and one target
+            network on the module (defaults ``"q_network"``, ``"target_network"``), moved instead of
+            ``target_network_pairs()``'s; give the module ``target_network_pairs()`` instead.
     """
 
-    def __init__(self, every_n_env_steps: int | None = 500, tau: float = 1.0, every_n_train_steps: int | None = None):
+    def __init__(
+        self,
+        every_n_env_steps: int | None = 500,
+        tau: float = 1.0,
+        every_n_train_steps: int | None = None,
+        *,
+        online_attr: str | None = None,
+        target_attr: str | None = None,
+    ):
         if every_n_env_steps is not None:
             check_int("every_n_env_steps", every_n_env_steps, 1)
         if every_n_train_steps is not None:
@@ -53,11 +65,34 @@ class TargetNetworkSync(L.Callback):
         self.every_n_env_steps = every_n_env_steps
         self.every_n_train_steps = every_n_train_steps
         self.tau = check_float("tau", tau, 0.0, 1.0, low_open=True)
+        #: The deprecated attribute names (None, None: the module's ``target_network_pairs()``).
+        self.online_attr: str | None = None
+        self.target_attr: str | None = None
+        if online_attr is not None or target_attr is not None:
+            for name, value in (("online_attr", online_attr), ("target_attr", target_attr)):
+                if value is not None and not isinstance(value, str):
+                    raise TypeError(f"{name} must be an attribute name (a str) or None, got {value!r}")
+            warnings.warn(
+                "TargetNetworkSync(online_attr=..., target_attr=...) is deprecated: use the module's "
+                "target_network_pairs() (rl_lightning.protocols.TargetNetworkProtocol)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            self.online_attr, self.target_attr = online_attr or "q_network", target_attr or "target_network"
         self.num_updates = 0
         self._last_period: int | None = None  # env_steps // every_n_env_steps at the last check
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
-        require(pl_module, TargetNetworkProtocol, "TargetNetworkSync")
+        if self.online_attr is None:
+            require(pl_module, TargetNetworkProtocol, "TargetNetworkSync")
+        else:
+            names = (self.online_attr, self.target_attr)
+            missing = [name for name in names if not isinstance(getattr(pl_module, name, None), nn.Module)]
+            if missing:
+                raise TypeError(
+                    f"TargetNetworkSync(online_attr={self.online_attr!r}, target_attr={self.target_attr!r}): "
+                    f"{type(pl_module).__name__} has no network {' or '.join(map(repr, missing))}"
+                )
         if self.every_n_env_steps is not None and self._last_period is None:
             self._last_period = pl_module.env_steps // self.every_n_env_steps
 
@@ -69,9 +104,14 @@ class TargetNetworkSync(L.Callback):
             self._last_period = period
         elif self.every_n_train_steps is not None and trainer.global_step % self.every_n_train_steps != 0:
             return  # global_step counts the training steps done, this one included
-        for target, online in pl_module.target_network_pairs():
+        for target, online in self._pairs(pl_module):
             update_target_network(target, online, self.tau)
         self.num_updates += 1
+
+    def _pairs(self, pl_module: Any) -> list[tuple[nn.Module, nn.Module]]:
+        if self.online_attr is None:
+            return pl_module.target_network_pairs()
+        return [(getattr(pl_module, self.target_attr), getattr(pl_module, self.online_attr))]
 
     def state_dict(self) -> dict[str, Any]:
         return {"num_updates": self.num_updates, "last_period": self._last_period}
