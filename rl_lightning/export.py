@@ -23,7 +23,9 @@ Start every env from a zero state (or with ``episode_start`` all True), then fee
 ``actions``, ``next_state``. The batch dimension is dynamic in every format. Observation
 normalisation, when the module has it, is inside. A Dict observation is one input per key (named
 after the key in ONNX, in the observation space's order; an action mask is one of them, bool).
-No env, no Lightning and no rl_lightning are needed to run it:
+With ``action_start`` (gymnasium's ``Discrete(n, start)`` or ``MultiDiscrete(nvec, start)``) the
+actions are gymnasium's values, ``start + k``, which a gymnasium env takes as they are; without it
+they are the indices ``k`` our envs take. No env, no Lightning and no rl_lightning are needed to run it:
 
 - ``.pt2`` (``torch.export``): ``torch.export.load(path).module()(obs)``;
 - ``.onnx`` (the ``onnx`` extra): ``onnxruntime.InferenceSession(path).run(None, {"obs": obs})``;
@@ -37,9 +39,11 @@ import logging
 import os
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -122,6 +126,30 @@ class RecurrentGreedyPolicy(nn.Module):
         return (actions if actions.dtype == torch.int64 else actions.float()), next_state
 
 
+class GymnasiumActions(nn.Module):
+    """``policy`` with ``start`` added to its actions: gymnasium's values ``start + k`` of a
+    ``Discrete(n, start)`` or ``MultiDiscrete(nvec, start)`` for our indices ``k`` (a recurrent
+    policy's state passes through).
+
+    Args:
+        policy: a policy of the module docstring's signature.
+        start: gymnasium's start: an int, or one per dimension of a ``MultiDiscrete``.
+    """
+
+    def __init__(self, policy: nn.Module, start: int | Sequence[int] | np.ndarray):
+        super().__init__()
+        self.policy = policy
+        self.register_buffer("start", torch.as_tensor(np.asarray(start, dtype=np.int64)))
+        if callable(getattr(policy, "initial_state", None)):
+            self.initial_state = policy.initial_state
+
+    def forward(self, *inputs: Any) -> Tensor | tuple[Tensor, Tensor]:
+        output = self.policy(*inputs)
+        if isinstance(output, tuple):
+            return output[0] + self.start, output[1]
+        return output + self.start
+
+
 class KeyedInputs(nn.Module):
     """A policy of Dict observations with one input tensor per key (``keys`` in order, then a
     recurrent policy's state and episode start): what ONNX, ``torch.export`` and TorchScript take.
@@ -144,7 +172,11 @@ class KeyedInputs(nn.Module):
 
 
 def export_policy(
-    policy: nn.Module, example_obs: Tensor | TensorTree, path: str | Path, format: str | None = None
+    policy: nn.Module,
+    example_obs: Tensor | TensorTree,
+    path: str | Path,
+    format: str | None = None,
+    action_start: int | Sequence[int] | np.ndarray | None = None,
 ) -> Path:
     """Save ``policy`` to ``path`` with a dynamic batch dimension: as a ``torch.export`` program
     (``.pt2``), ONNX through the dynamo exporter (``.onnx``, needs the ``onnx`` extra) or TorchScript
@@ -158,6 +190,10 @@ def export_policy(
             cannot make a dimension of size 1 dynamic); for Dict observations a dict of such tensors:
             the export then has one input per key, named after it (ONNX), in the dict's order.
         format: ``"export"``, ``"onnx"`` or ``"torchscript"``; None: from the suffix of ``path``.
+        action_start: gymnasium's start of a ``Discrete`` / ``MultiDiscrete`` action space (the
+            adapter's ``gymnasium_action_space.start``): the export then answers in gymnasium's values,
+            ``start + k``, as a user's gymnasium env takes them (:class:`GymnasiumActions`); None or 0:
+            our indices ``k``.
 
     Returns:
         the path written.
@@ -172,6 +208,8 @@ def export_policy(
     if format not in set(FORMATS.values()):
         raise ValueError(f"format must be one of {sorted(set(FORMATS.values()))} or None, got {format!r}")
     policy = policy.eval()
+    if action_start is not None and np.any(np.asarray(action_start) != 0):
+        policy = GymnasiumActions(policy, action_start).eval()
     obs_names = ["obs"]
     if isinstance(example_obs, dict):
         obs_names = list(example_obs)
@@ -204,7 +242,7 @@ def export_policy(
 def _export(policy: nn.Module, inputs: tuple[Tensor, ...], path: Path, format: str, obs_names: list[str]) -> None:
     recurrent = callable(getattr(policy, "initial_state", None))
     dynamic_shapes = _dynamic_shapes(inputs, recurrent)
-    if isinstance(policy, KeyedInputs):  # forward(*inputs): one varargs argument holding them all
+    if isinstance(policy, (KeyedInputs, GymnasiumActions)):  # forward(*inputs): one varargs argument holding them all
         dynamic_shapes = (dynamic_shapes,)
     with torch.no_grad(), _without_torch_internal_warnings():
         if format == "torchscript":

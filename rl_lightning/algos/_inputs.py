@@ -55,6 +55,17 @@ class ObservationInputs:
         self.discrete = self.gymnasium_space if isinstance(self.gymnasium_space, gym.spaces.Discrete) else None
         self.parts = getattr(envs, "observation_parts", None)
         self.mask_source = getattr(envs, "mask_source", "obs" if envs.has_action_mask else None)
+        #: gymnasium's action space where it differs from ours by a start (``Discrete(n, start)``, a
+        #: ``MultiDiscrete`` with ``start``): act() answers a gymnasium observation in its values.
+        self.gymnasium_action_space = _shifted(getattr(envs, "gymnasium_action_space", None))
+
+    def gymnasium_actions(self, actions: np.ndarray | np.generic) -> np.ndarray | np.generic:
+        """Actions in our index space as gymnasium's env takes them: ``start + index`` for a shifted
+        ``Discrete`` / ``MultiDiscrete`` space (in its dtype), the others as they are."""
+        space = self.gymnasium_action_space
+        if space is None:
+            return actions
+        return (actions + space.start).astype(space.dtype)
 
     def batch(self, obs: Any, action_mask: Any = None, device: torch.device | str = "cpu") -> tuple[Any, torch.Size]:
         """``obs`` as a ``(batch, *obs_shape)`` tensor of the env's dtype on the module's device, and
@@ -147,3 +158,10 @@ class ObservationInputs:
                 raise TypeError(f"obs[{key!r}] must be uint8 pixels (0-255) for {env_id}, got {tensor.dtype}")
             tree[key] = tensor.reshape(-1, *shape).to(dtype)
         return tree, batch_shape
+
+
+def _shifted(space: gym.Space | None) -> gym.Space | None:
+    """``space`` if it is a ``Discrete`` or ``MultiDiscrete`` space with a non-zero start, else None."""
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) and np.any(space.start != 0):
+        return space
+    return None

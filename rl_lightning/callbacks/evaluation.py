@@ -67,7 +67,10 @@ def evaluate_policy(
             obs ``(batch, *obs_shape)`` -> actions.
         env: an env id (native, or any gymnasium id: a fresh instance of ``num_episodes`` copies is
             built on ``device``, so training envs are untouched), a ``VectorEnv`` (one episode per
-            copy), or a gymnasium ``Env`` instance (``num_episodes`` episodes one after another).
+            copy), or a gymnasium ``Env`` instance (``num_episodes`` episodes one after another). A
+            module's actions are stepped in gymnasium's values there (``start + k`` for a
+            ``Discrete(n, start)`` or a ``MultiDiscrete`` with ``start``); a callable's, as an exported
+            policy gives them, are the env's own values and stepped as they are.
         num_episodes: episodes to run (with an env id or a gymnasium env).
         seed: the evaluation envs' seed (the same seed gives the same start states).
         max_episode_steps: the cap on an episode's length; None: the env's time limit, or
@@ -83,7 +86,8 @@ def evaluate_policy(
     act = _greedy(policy)
     if isinstance(env, gym.Env):  # episodes one after another, seeded once
         num_episodes = check_int("num_episodes", num_episodes, 1)
-        envs, reset_seed = _OneGymnasiumEnv(env, num_episodes), seed
+        indices = callable(getattr(policy, "greedy_actor", None))  # a module answers tensors in our indices
+        envs, reset_seed = _OneGymnasiumEnv(env, num_episodes, indices), seed
     elif isinstance(env, VectorEnv):  # one episode per copy
         envs, reset_seed, num_episodes = env, seed, 1
     elif isinstance(env, str):  # a fresh instance, seeded when built
@@ -148,14 +152,19 @@ def _as_adapter_observation(space: gym.Space, obs: Any, info: dict[str, Any]) ->
 class _OneGymnasiumEnv:
     """A single gymnasium env as a vector env of one copy for :func:`play_greedy`: observations in the
     adapter's form, tensors on the CPU, and the next episode started (``env.reset()``) when one ends,
-    as long as episodes are left, so the env is reset exactly once per episode played."""
+    as long as episodes are left, so the env is reset exactly once per episode played. With
+    ``indices``, actions are our indices ``k`` and step the env as its ``start + k`` (a ``Discrete`` or
+    ``MultiDiscrete`` space with a start)."""
 
     num_envs = 1
     device = torch.device("cpu")
 
-    def __init__(self, env: gym.Env, num_episodes: int):
+    def __init__(self, env: gym.Env, num_episodes: int, indices: bool = True):
         self.env = env
         self.episodes_left = num_episodes
+        space = env.action_space
+        shifted = isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) and np.any(space.start != 0)
+        self._action_space = space if indices and shifted else None
         self.max_episode_steps = env.spec.max_episode_steps if env.spec is not None else None
 
     def reset(self, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
@@ -165,6 +174,8 @@ class _OneGymnasiumEnv:
 
     def step(self, actions: Tensor) -> tuple[Any, Tensor, Tensor, Tensor, dict[str, Any]]:
         action = actions.squeeze(0).cpu().numpy()
+        if self._action_space is not None:  # our index k is gymnasium's start + k
+            action = (action + self._action_space.start).astype(self._action_space.dtype)
         obs, reward, terminated, truncated, info = self.env.step(action.item() if action.ndim == 0 else action)
         if (terminated or truncated) and self.episodes_left > 0:
             obs, _ = self.reset()
