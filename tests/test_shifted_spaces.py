@@ -146,13 +146,22 @@ def test_an_export_with_action_start_answers_in_gymnasiums_values(shifted, tmp_p
     assert torch.equal(indices, actions - torch.as_tensor(start))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RLModule.export_policy (rl_lightning/algos/base.py, not this change's to edit) does not pass "
-    "action_start=self._inputs.gymnasium_action_space.start to rl_lightning.export.export_policy yet",
-)
 def test_module_export_policy_answers_in_gymnasiums_values(shifted, tmp_path):
     _, module = shifted
     loaded = torch.export.load(module.export_policy(tmp_path / "policy.pt2")).module()
     obs = np.random.default_rng(2).uniform(-1, 1, (16, 2)).astype(np.float32)
     assert np.array_equal(loaded(torch.from_numpy(obs)).numpy(), module.act(obs, greedy=True))
+
+
+@pytest.mark.parametrize("name", list(SPACES))
+def test_a_recurrent_ppo_acts_in_gymnasiums_values_too(name):
+    from rl_lightning import PPOModule
+
+    module = PPOModule(env_id=_env_id(name), num_envs=4, recurrent="lstm", seed=0)
+    obs = np.random.default_rng(3).uniform(-1, 1, (64, 2)).astype(np.float32)
+    actions, state = module.act(obs)
+    assert state.shape[1] == 64
+    assert all(SPACES[name].contains(np.asarray(action, dtype=SPACES[name].dtype)) for action in actions)
+    greedy, _ = module.act(obs, greedy=True)
+    indices, _ = module.act(torch.from_numpy(obs), greedy=True)  # tensors: our indices
+    assert np.array_equal(greedy - np.asarray(SPACES[name].start), indices.numpy())

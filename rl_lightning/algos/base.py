@@ -338,8 +338,11 @@ class RLModule(L.LightningModule):
         (``.onnx``, the ``onnx`` extra) or TorchScript (``.pt``, ``.ts``); ``format`` (``"export"``,
         ``"onnx"``, ``"torchscript"``) overrides the suffix. It maps observations ``(batch, *obs_shape)``
         to the actions ``act(obs, greedy=True)`` gives (a recurrent policy also takes and returns its
-        state: ``rl_lightning.export``), with no env, Lightning or rl_lightning needed to run it."""
-        return export_policy(self._standalone_policy(), zeros_like_space(self.observation_space, 2), path, format)
+        state: ``rl_lightning.export``), with no env, Lightning or rl_lightning needed to run it: in gymnasium's
+        values for a ``Discrete(n, start)`` / ``MultiDiscrete(..., start)`` env (``start + index``)."""
+        start = getattr(self._inputs.gymnasium_action_space, "start", None)
+        example = zeros_like_space(self.observation_space, 2)
+        return export_policy(self._standalone_policy(), example, path, format, action_start=start)
 
     def to_torchscript(
         self, file_path: str | Path | None = None, method: str = "trace", example_inputs: Any = None, **kwargs: Any

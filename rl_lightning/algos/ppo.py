@@ -337,7 +337,7 @@ class PPOModule(RLModule):
         actions, params, state = self.model.act(obs, state, episode_start, greedy)
         self.check_finite_outputs(params, "policy's outputs")
         actions = actions.reshape((*batch_shape, *self.action_shape))
-        return (actions if tensor_in else as_numpy(actions)), state
+        return (actions if tensor_in else self._inputs.gymnasium_actions(as_numpy(actions))), state
 
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
         if self.recurrent:  # one step from a zero state (use act with a state for more)
