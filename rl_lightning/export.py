@@ -47,6 +47,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from rl_lightning.deprecations import renamed_keywords
 from rl_lightning.envs.spaces import TensorTree
 
 #: File formats by suffix.
@@ -83,6 +84,7 @@ class GreedyPolicy(nn.Module):
         normalizer: observation normalisation applied first (PPO's ``normalize_obs``).
     """
 
+    @renamed_keywords(q_values="network")  # its first release's name
     def __init__(self, network: nn.Module, normalizer: nn.Module | None = None):
         super().__init__()
         if not callable(getattr(network, "mode", None)):

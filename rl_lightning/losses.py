@@ -11,9 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rl_lightning.deprecations import renamed_keywords
 from rl_lightning.nets import PolicyNetwork
 
 
+@renamed_keywords(done="dones")  # the seeds' name
 def compute_returns(rewards: Tensor, dones: Tensor, gamma: float) -> Tensor:
     """Discounted returns G_t = r_t + gamma * G_{t+1}, restarting at every episode boundary.
 
@@ -87,6 +89,7 @@ def compute_importance_weights(new_logprobs: Tensor, old_logprobs: Tensor, clip_
     return weights
 
 
+@renamed_keywords(logprobs_taken="logprobs", importance_weights="iw")  # the seeds', an earlier one's
 def compute_reinforce_loss(returns: Tensor, logprobs: Tensor, iw: Tensor) -> Tensor:
     """The REINFORCE objective to *maximise*: mean of iw * log pi(a_t|s_t) * (G_t - b_t).
 

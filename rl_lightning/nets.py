@@ -552,6 +552,7 @@ class PolicyNetwork(_EncoderHeadNetwork):
         activation: the default MLP's activation, ``"relu"`` or ``"tanh"``.
     """
 
+    @renamed_keywords(obs_shape="observation_space", num_actions="action_space")  # the seeds' names
     def __init__(
         self,
         observation_space: gym.spaces.Box | gym.spaces.Dict | Sequence[int],

@@ -23,7 +23,9 @@ from rl_lightning.callbacks.evaluation import evaluate_policy
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
 from rl_lightning.cli import ScriptCLI, main, make_cli
 from rl_lightning.deprecations import renamed, renames_of
-from rl_lightning.nets import QNetwork
+from rl_lightning.export import GreedyPolicy
+from rl_lightning.losses import compute_reinforce_loss, compute_returns
+from rl_lightning.nets import PolicyNetwork, QNetwork
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -63,7 +65,13 @@ HISTORY = {
     TargetNetworkSync: "every_n_env_steps tau online_attr target_attr every_n_train_steps",
     QNetwork: "obs_shape num_actions hidden_sizes observation_space action_space network",
     evaluate_policy: "act env_id num_episodes seed device max_episode_steps env policy",
+    PolicyNetwork: "obs_shape num_actions hidden_sizes observation_space action_space network activation",
+    GreedyPolicy: "network normalizer q_values",
+    compute_returns: "rewards dones gamma",  # the seeds: compute_returns(rewards, done, gamma)
+    compute_reinforce_loss: "returns logprobs importance_weights iw",  # the seeds: (returns, logprobs_taken, iw)
 }
+#: Former names from the seeds (../shared/seeds/), which the history never held.
+SEED_NAMES = {compute_returns: "done", compute_reinforce_loss: "logprobs_taken"}
 
 
 def _parameters(owner) -> set[str]:
@@ -99,7 +107,8 @@ def test_the_registry_lists_every_algorithm():
 @pytest.mark.parametrize("owner", list(HISTORY), ids=lambda owner: owner.__name__)
 def test_every_name_a_parameter_ever_had_is_a_parameter_or_a_declared_rename(owner):
     current, renames = _parameters(owner), renames_of(owner)
-    lost = [name for name in HISTORY[owner].split() if name not in current and name not in renames]
+    names = HISTORY[owner].split() + SEED_NAMES.get(owner, "").split()
+    lost = [name for name in names if name not in current and name not in renames]
     assert lost == [], f"{owner.__name__} dropped {lost}: add them to its renamed_hyperparameters / renamed_keywords"
     assert current - {"self"} <= set(HISTORY[owner].split()), "a new parameter: add it to HISTORY"
     for old, new in renames.items():  # a declared rename points at a parameter, from a name that is none
@@ -194,6 +203,29 @@ def test_qnetwork_takes_observation_space_and_action_space():
         QNetwork(obs_shape=(4,), num_actions=2, observation_space=(3,))
     with pytest.raises(TypeError, match="multiple values for argument 'obs_shape'"), pytest.deprecated_call():
         QNetwork((4,), 2, observation_space=(3,))  # given positionally too: Python's own error
+
+
+def test_the_networks_and_losses_take_their_former_keywords():
+    torch.manual_seed(0)
+    expected = PolicyNetwork((4,), 2).state_dict()
+    torch.manual_seed(0)
+    with pytest.warns(DeprecationWarning, match="use observation_space"):
+        network = PolicyNetwork(obs_shape=(4,), num_actions=2)  # the seeds' spelling
+    assert all(torch.equal(network.state_dict()[key], value) for key, value in expected.items())
+    with pytest.warns(DeprecationWarning, match="use network"):
+        policy = GreedyPolicy(q_values=QNetwork((4,), 2))
+    assert policy(torch.zeros(3, 4)).shape == (3,)
+    rewards, dones = torch.ones(2, 3), torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    with pytest.warns(DeprecationWarning, match="use dones"):
+        returns = compute_returns(rewards, done=dones, gamma=0.5)
+    assert torch.equal(returns, compute_returns(rewards, dones, 0.5))
+    assert returns[0].tolist() == [1.5, 1.0, 1.0]  # cut at the episode's end
+    logprobs, iw = torch.randn(2, 3), torch.rand(2, 3)
+    with pytest.warns(DeprecationWarning, match="use logprobs"):
+        loss = compute_reinforce_loss(returns, logprobs_taken=logprobs, importance_weights=iw)
+    assert torch.equal(loss, compute_reinforce_loss(returns, logprobs, iw))
+    with pytest.raises(TypeError, match="logprobs"):
+        compute_reinforce_loss(returns, logprobs, iw, logprobs_taken=logprobs + 1)
 
 
 def test_evaluate_policy_takes_act_and_env_id():
