@@ -172,7 +172,7 @@ class AuditEnv(gym.Env):
     def _info(self, reset):
         if self.info_mask is None or (not reset and self.missing_every == -1):
             return {}
-        if self.missing_every > 0 and self.t % self.missing_every == 0:
+        if self.missing_every > 0 and self.t > 0 and self.t % self.missing_every == 0:
             return {}
         if self.info_mask == "logits":
             return {"action_mask": np.array([0.0, -np.inf, 0.0], np.float32)}
