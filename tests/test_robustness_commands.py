@@ -105,7 +105,7 @@ def test_the_cli_refuses_a_checkpoint_of_another_env_naming_both(tmp_path, check
     err = _cli_error(
         [*args, "--ckpt_path", str(checkpoints["ppo_acrobot"]), f"--trainer.default_root_dir={tmp_path}"], capsys
     )
-    assert "trained on env_id 'Acrobot-v1' but this PPOModule is built for 'CartPole-v1'" in err
+    assert "a checkpoint of PPOModule on Acrobot-v1, but the run asked for is on CartPole-v1" in err
 
 
 def test_cli_flags_win_over_the_checkpoints_hyper_parameters_and_are_named(tmp_path, checkpoints, capsys):
