@@ -21,25 +21,22 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
-import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 import jsonargparse
 import lightning as L
 import torch
-import yaml
 from jsonargparse import ActionConfigFile, DefaultHelpFormatter
 from jsonargparse.typing import PositiveInt
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
+from rl_lightning._command_line_renames import model_class_at, renamed_arguments, same_value
 from rl_lightning.algos import ALGORITHMS
 from rl_lightning.callbacks import EnvStepBudget
 from rl_lightning.callbacks.guard import check_trainer_settings
 from rl_lightning.checkpoints import CHECKPOINT_KEY, load_checkpoint_file, resolve_ckpt_path
-from rl_lightning.deprecations import renames_of
 from rl_lightning.scripting import RunLines, default_callbacks, is_launching_process, run_logger
 from rl_lightning.trust import UntrustedCheckpointError, algorithm_class_paths, check_file_hyperparameters
 
@@ -88,10 +85,10 @@ class RLLightningCLI(LightningCLI):
         )
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
-        # The command line as given (a former argument name spelled as now: _renamed_arguments), to tell the
+        # The command line as given (a former argument name spelled as now: renamed_arguments), to tell the
         # flags a user set from the defaults (_parse_ckpt_path).
         argv = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
-        self._argv = _renamed_arguments(argv, parser.error)
+        self._argv = renamed_arguments(argv, parser.error)
         if self._argv == argv:
             super().parse_arguments(parser, args)
         else:  # LightningCLI's own parse of a command line (without its warning that args and sys.argv are both given)
@@ -129,12 +126,12 @@ class RLLightningCLI(LightningCLI):
         payload = checkpoint[CHECKPOINT_KEY]
         saved_by, saved_env = payload.get("algorithm"), payload.get("env_id", hparams.get("env_id"))
         class_path = hparams.pop("_class_path", None)
-        saved_class = algorithm_class_paths().get(class_path) or (_model_class(class_path) if trusted else None)
+        saved_class = algorithm_class_paths().get(class_path) or (model_class_at(class_path) if trusted else None)
         saved_class = saved_class or {c.__name__: c for c in MODEL_CLASSES}.get(saved_by)
         if saved_class is None:
             parser.error(f"--ckpt_path {ckpt_path} does not say which module saved it (no class path): pass --model")
         model = config.get("model")
-        chosen = _model_class(model.class_path) if model is not None else saved_class
+        chosen = model_class_at(model.class_path) if model is not None else saved_class
         if chosen is not None and saved_class.algorithm_name() != getattr(chosen, "algorithm_name", lambda: None)():
             parser.error(
                 f"--ckpt_path {ckpt_path} is a checkpoint of {saved_class.algorithm_name()} on "
@@ -157,7 +154,7 @@ class RLLightningCLI(LightningCLI):
         replaced = [
             f"{name} {given[name]!r} (checkpoint: {hparams[name]!r})"
             for name in sorted(given)
-            if name in hparams and not _same_value(given[name], hparams[name])
+            if name in hparams and not same_value(given[name], hparams[name])
         ]
         taken = {name: value for name, value in hparams.items() if name not in given}
         update = {"class_path": f"{chosen.__module__}.{chosen.__qualname__}", "init_args": taken}
@@ -192,7 +189,7 @@ class RLLightningCLI(LightningCLI):
         return {
             name: value
             for name, value in init_args.items()
-            if name in named or name not in defaults or not _same_value(value, defaults[name])
+            if name in named or name not in defaults or not same_value(value, defaults[name])
         }
 
     def before_instantiate_classes(self) -> None:
@@ -424,7 +421,7 @@ class ScriptCLI(RLLightningCLI):
         # jsonargparse gives a list-valued option a second spelling, ``--hidden_sizes+`` (append).
         options = {option for action in parser._actions for option in action.option_strings}
         list_options = {f"--{key}" for key in self._module_keys if f"--{key}+" in options}
-        argv = _renamed_arguments(sys.argv[1:] if args is None else list(args), parser.error, self.model_class)
+        argv = renamed_arguments(sys.argv[1:] if args is None else list(args), parser.error, self.model_class)
         self.config = parser.parse_args(_argparse_spellings(argv, list_options))
         if self.config.max_steps is not None and self.config.total_env_steps is not None:
             parser.error("--max_steps and --total_env_steps both set the run's length: pass one of them")
@@ -521,17 +518,6 @@ def _argparse_spellings(argv: Sequence[str], list_options: set[str]) -> list[str
     return result
 
 
-def _model_class(class_path: str | None) -> Any:
-    """The class at ``class_path`` (``rl_lightning.algos.ppo.PPOModule``); None if there is none."""
-    if not class_path:
-        return None
-    module_name, _, class_name = class_path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError, ValueError):
-        return None
-
-
 def _init_args(model: Any) -> dict[str, Any]:
     """A parsed ``--model``'s init args as a dict (empty if none)."""
     init_args = model.get("init_args") if hasattr(model, "get") else None
@@ -546,16 +532,6 @@ def _upgraded(model_class: Any, hparams: dict[str, Any]) -> dict[str, Any]:
     renamed = getattr(model_class, "renamed_hyperparameters", {})
     upgraded = {**hparams, **model_class.upgraded_hyperparameters(hparams)} if renamed else dict(hparams)
     return {name: value for name, value in upgraded.items() if name not in renamed}
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    """``a == b``, with lists and tuples alike (a YAML list is a checkpoint's tuple)."""
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
-    try:
-        return bool(a == b)
-    except Exception:  # values without a plain truth value (arrays): differ
-        return False
 
 
 def make_cli(args: ArgsType = None) -> RLLightningCLI:
@@ -587,168 +563,3 @@ def _refuse_unsupported_trainer_settings(cli: RLLightningCLI) -> None:
         check_trainer_settings(cli.trainer)
     except ValueError as error:
         cli._usage_error(str(error), error)
-
-
-# -- former argument names on the command lines (rl_lightning.deprecations) ----------------------------------------
-
-#: Where the YAML of a ``--config``, a ``--model`` and a ``--model.init_args`` holds the module's arguments (key
-#: paths), and how its keys are spelled in messages (``model.init_args.train_freq``).
-_MODEL_SCOPES = [(), ("init_args",)]
-_TOP_KEYS = [(), ("fit",), ("validate",), ("test",)]  # a --config before the subcommand nests under its name
-_CONFIG_SCOPES = {
-    "--config": ("", [(*top, "model", *scope) for top in _TOP_KEYS for scope in _MODEL_SCOPES]),
-    "--model": ("model.", _MODEL_SCOPES),
-    "--model.init_args": ("model.init_args.", [()]),
-}
-
-
-def _renamed_arguments(argv: Sequence[str], error: Any, script_class: Any = None) -> list[str]:
-    """``argv`` with the former names of the module's arguments (its ``renamed_hyperparameters``) spelled as now:
-    in flags (a script's ``--steps_per_train 4``, ``rl-lightning``'s ``--model.init_args.steps_per_train=4`` or
-    ``--model.steps_per_train``) and in the YAML of ``--config`` (a file or the text), ``--model`` and
-    ``--model.init_args``. Each gives a ``warning:`` line on stderr and a ``DeprecationWarning``; a former name and
-    its new one with different values, both as flags or both in one YAML, are ``error`` (exit status 2) naming
-    both (a flag after a ``--config`` wins over it, as for any option). A YAML with a former name is passed on
-    as its rewritten text (jsonargparse's ActionConfigFile takes a path or the text).
-
-    Args:
-        error: the parser's ``error`` (prints the usage line, exits with status 2).
-        script_class: a script's module class (flat flags and config keys); None: ``rl-lightning``'s ``--model``.
-    """
-    if script_class is not None:
-        renames, prefixes, configs = renames_of(script_class), ("--",), {"--config": ("", [()])}
-    else:
-        renames, prefixes, configs = _command_line_renames(argv), ("--model.init_args.", "--model."), _CONFIG_SCOPES
-        configs = {**configs, "-c": configs["--config"]}
-    if not renames:
-        return list(argv)
-    result: list[str] = []
-    flags: dict[str, list[tuple[str, Any, bool]]] = {}  # new name -> (flag, value, is a former name)
-    index = 0
-    while index < len(argv):
-        token = argv[index]
-        index += 1
-        option, equals, inline = token.partition("=")
-        if not _is_option(token):
-            result.append(token)
-            continue
-        value = inline if equals else argv[index] if index < len(argv) and not _is_option(argv[index]) else None
-        prefix = next((prefix for prefix in prefixes if option.startswith(prefix)), "")
-        name = option.removeprefix(prefix) if prefix else None
-        if name in renames:
-            new_option = prefix + renames[name]
-            flags.setdefault(renames[name], []).append((option, value, True))
-            _warn_renamed(f"{option} is deprecated, use {new_option}")
-            token = new_option + equals + inline
-        elif name in renames.values():
-            flags.setdefault(name, []).append((option, value, False))
-        elif option in configs and value is not None:
-            rewritten = _renamed_config(value, option, *configs[option], renames, error)
-            if rewritten is not None:
-                result.append(option)
-                token, index = rewritten, index if equals else index + 1
-        result.append(token)
-    for given in flags.values():
-        for old_flag, old_value, _ in (flag for flag in given if flag[2]):
-            for new_flag, new_value, _ in (flag for flag in given if not flag[2]):
-                if not _same_value(_yaml_value(old_value), _yaml_value(new_value)):
-                    error(
-                        f"{old_flag} {old_value} and {new_flag} {new_value} set one argument ({old_flag} is the "
-                        f"former name of {new_flag}): pass only {new_flag}"
-                    )
-    return result
-
-
-def _renamed_config(
-    value: str, option: str, spelling: str, scopes: Sequence[tuple[str, ...]], renames: dict[str, str], error: Any
-) -> str | None:
-    """The YAML of ``option value`` (a file or the text) rewritten with the former names under ``scopes`` (key
-    paths of mappings of the module's arguments) spelled as now; None if it has none."""
-    data, path = _config_data(value)
-    if not isinstance(data, dict):
-        return None
-    where = f"{option} {path}" if path else option
-    changed = False
-    for scope in scopes:
-        node: Any = data
-        for key in scope:
-            node = node.get(key) if isinstance(node, dict) else None
-        if not isinstance(node, dict):
-            continue
-        keys = spelling + "".join(f"{key}." for key in scope)
-        for old in [key for key in node if key in renames]:
-            new, old_value = renames[old], node.pop(old)
-            if new in node and not _same_value(node[new], old_value):
-                error(
-                    f"{keys}{old}: {old_value!r} and {keys}{new}: {node[new]!r} in {where} set one argument ({old} is "
-                    f"the former name of {new}): keep only {new}"
-                )
-            node.setdefault(new, old_value)
-            _warn_renamed(f"{keys}{old} in {where} is deprecated, use {keys}{new}")
-            changed = True
-    return yaml.safe_dump(data, sort_keys=False) if changed else None
-
-
-def _command_line_renames(argv: Sequence[str]) -> dict[str, str]:
-    """The former argument names of the module ``rl-lightning``'s command line names (its last ``--model``,
-    ``--model.class_path`` or ``--config`` with a ``model``); with none named (``--ckpt_path`` alone), those
-    that mean the same in every module and are no module's current argument."""
-    model_class = None
-    for index, token in enumerate(argv):
-        option, equals, value = token.partition("=")
-        if not equals:
-            value = argv[index + 1] if index + 1 < len(argv) else ""
-        if option in ("--model", "--model.class_path"):
-            model_class = _named_model_class(_config_data(value)[0]) or model_class
-        elif option in ("--config", "-c") and isinstance(data := _config_data(value)[0], dict):
-            for node in (data, *(data.get(c) for c in ("fit", "validate", "test"))):
-                if isinstance(node, dict) and "model" in node:
-                    model_class = _named_model_class(node["model"]) or model_class
-    if model_class is not None:
-        return renames_of(model_class)
-    current = {name for klass in MODEL_CLASSES for name in inspect.signature(klass.__init__).parameters}
-    news: dict[str, set[str]] = {}
-    for klass in MODEL_CLASSES:
-        for old, new in renames_of(klass).items():
-            news.setdefault(old, set()).add(new)
-    return {old: next(iter(new)) for old, new in news.items() if len(new) == 1 and old not in current}
-
-
-def _named_model_class(spec: Any) -> Any:
-    """The module class a ``--model`` value names (a short name, a class path, or a mapping with ``class_path``)."""
-    if isinstance(spec, dict):
-        spec = spec.get("class_path")
-    if not isinstance(spec, str):
-        return None
-    model_class = {klass.__name__: klass for klass in MODEL_CLASSES}.get(spec) or _model_class(spec)
-    return model_class if isinstance(model_class, type) and issubclass(model_class, L.LightningModule) else None
-
-
-def _config_data(value: str) -> tuple[Any, str | None]:
-    """The YAML of a config option's value: a file's (and its path) or the text's; None if it does not parse."""
-    try:
-        path = value if Path(value).is_file() else None
-        data = yaml.safe_load(Path(value).read_text() if path else value)
-    except (OSError, ValueError, yaml.YAMLError):  # a name too long for a path, text that is not YAML
-        return None, None
-    return data, path
-
-
-def _yaml_value(value: str | None) -> Any:
-    """A flag's value as jsonargparse reads it (``4`` and ``4`` alike, ``true`` and ``True``)."""
-    try:
-        return yaml.safe_load(value) if value is not None else None
-    except yaml.YAMLError:
-        return value
-
-
-def _is_option(token: str) -> bool:
-    return token.startswith("-") and not token.lstrip("-")[:1].isdigit()  # -1 and -0.5 are values
-
-
-def _warn_renamed(message: str) -> None:
-    """A former argument name: a ``DeprecationWarning``, and a line on stderr (Python hides the warning outside
-    ``__main__``); once, not per DDP rank."""
-    warnings.warn(message, DeprecationWarning, stacklevel=3)
-    if is_launching_process():
-        print(f"warning: {message}", file=sys.stderr, flush=True)
