@@ -2,9 +2,10 @@
 networks the algorithms are built from (``PolicyNetwork``, ``QNetwork``).
 
 - Encoders map observations ``(*batch, *obs_shape)`` to features ``(*batch, num_features)``:
-  an MLP over the flattened observation by default, a Nature-DQN CNN for images (rank-3
-  observations, ``(H, W, C)`` or ``(C, H, W)``; uint8 pixels are scaled to [0, 1] inside the
-  network, so buffers keep uint8), or any ``nn.Module`` the user passes.
+  an MLP over the flattened observation by default, a Nature-DQN CNN for images (``(H, W)``,
+  ``(H, W, C)``, ``(C, H, W)`` or ``(K, H, W, C)``, ``rl_lightning.envs.spaces.image_layout``; uint8
+  pixels are scaled to [0, 1] inside the network, so buffers keep uint8), or any ``nn.Module``
+  the user passes.
 - Heads turn features into a distribution: categorical logits for ``Discrete`` actions, a
   diagonal Gaussian with a state-independent learned log-std for ``Box`` actions. Each head
   samples (with a given generator), scores actions (log-probabilities), gives the entropy and
@@ -27,12 +28,19 @@ from torch import Tensor, nn
 from rl_lightning._checks import check_choice, check_int, check_sizes
 from rl_lightning.deprecations import renamed_keywords
 from rl_lightning.envs.base import space_kind
-from rl_lightning.envs.spaces import ACTION_MASK_KEY, MASK_CONVENTION, TensorTree, as_bool_mask, zeros_like_space
+from rl_lightning.envs.spaces import (
+    ACTION_MASK_KEY,
+    IMAGE_LAYOUTS,
+    MASK_CONVENTION,
+    TensorTree,
+    as_bool_mask,
+    image_layout,
+    zeros_like_space,
+)
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 # Nature-DQN's convolutions need at least 36 pixels a side; smaller images get 3x3 ones.
 _NATURE_MIN_SIZE = 36
-_IMAGE_CHANNELS = (1, 3, 4)
 
 
 #: The hidden-layer activations by name (``activation="tanh"``).
@@ -86,13 +94,9 @@ def as_action_space(space: gym.Space | int) -> gym.Space:
 
 
 def is_image_space(space: gym.spaces.Box) -> bool:
-    """A rank-3 observation with 1, 3 or 4 channels first or last, or a rank-2 uint8 one (grey)."""
-    if not isinstance(space, gym.spaces.Box):
-        return False
-    shape = space.shape
-    if len(shape) == 2:
-        return space.dtype == np.uint8
-    return len(shape) == 3 and (shape[-1] in _IMAGE_CHANNELS or shape[0] in _IMAGE_CHANNELS)
+    """An image observation (:func:`rl_lightning.envs.spaces.image_layout`: uint8 ``(H, W)``,
+    ``(H, W, C)``, ``(C, H, W)``, ``(K, H, W, C)``, or float32 ``(H, W, C)`` / ``(C, H, W)``)."""
+    return image_layout(space) is not None
 
 
 class _ToFloat(nn.Module):
@@ -133,22 +137,39 @@ class ImageEncoder(nn.Module):
     """The Nature-DQN CNN (32 8x8/4, 64 4x4/2, 64 3x3/1 convolutions, a 512-unit layer) for images
     of at least 36 pixels a side; two 3x3 convolutions (16, 32) for smaller images.
 
-    uint8 pixels are scaled to [0, 1]; float images are taken as they are.
+    uint8 pixels are scaled to [0, 1] inside (so rollouts, buffers and exported policies take
+    uint8); float images are taken as they are. Every layout becomes ``(N, C, H, W)`` in ``forward``:
+    ``(K, H, W, C)`` frames are folded into ``K * C`` channels (frame by frame).
 
     Args:
-        obs_shape: ``(H, W, C)`` (channels last, gymnasium's layout), ``(C, H, W)``, or ``(H, W)``
-            (one channel).
+        obs_shape: ``(H, W)`` (one channel), ``(H, W, C)`` (channels last, gymnasium's layout),
+            ``(C, H, W)`` (a frame stack) or ``(K, H, W, C)`` (a stack of K frames).
+        layout: ``"HW"``, ``"HWC"``, ``"CHW"`` or ``"KHWC"``; None: read from the shape as for a uint8
+            observation (:func:`rl_lightning.envs.spaces.image_layout`, a ``ValueError`` where it cannot be told).
     """
 
-    def __init__(self, obs_shape: Sequence[int]):
+    def __init__(self, obs_shape: Sequence[int], layout: str | None = None):
         super().__init__()
-        if len(obs_shape) not in (2, 3):
-            raise ValueError(f"an image observation must be (H, W, C), (C, H, W) or (H, W), got {tuple(obs_shape)}")
-        self.input_shape = tuple(obs_shape)
-        if len(obs_shape) == 2:
-            obs_shape = (*obs_shape, 1)
-        self.channels_last = obs_shape[-1] in _IMAGE_CHANNELS
-        channels, height, width = (obs_shape[2], *obs_shape[:2]) if self.channels_last else tuple(obs_shape)
+        self.input_shape = tuple(int(size) for size in obs_shape)
+        if layout is None:
+            if len(self.input_shape) not in (2, 3, 4):
+                raise ValueError(
+                    f"an image observation must be (H, W), (H, W, C), (C, H, W) or (K, H, W, C), got {self.input_shape}"
+                )
+            try:
+                layout = image_layout(gym.spaces.Box(0, 255, self.input_shape, np.uint8))
+            except ValueError as error:
+                message = f"{error}; or pass ImageEncoder(obs_shape, layout=...), one of {IMAGE_LAYOUTS}"
+                raise ValueError(message) from None
+        check_choice("layout", layout, IMAGE_LAYOUTS)
+        if len(layout) != len(self.input_shape):
+            raise ValueError(f"the layout {layout!r} needs a rank-{len(layout)} obs_shape, got {self.input_shape}")
+        #: The observation's layout (``"HW"``, ``"HWC"``, ``"CHW"`` or ``"KHWC"``).
+        self.layout = layout
+        sizes = dict(zip(layout, self.input_shape, strict=True))
+        channels, height, width = sizes.get("K", 1) * sizes.get("C", 1), sizes["H"], sizes["W"]
+        #: The shape the convolutions see, ``(C, H, W)``.
+        self.conv_shape = (channels, height, width)
         if min(height, width) >= _NATURE_MIN_SIZE:
             convs = [(32, 8, 4), (64, 4, 2), (64, 3, 1)]
         else:
@@ -159,18 +180,22 @@ class ImageEncoder(nn.Module):
             channels = out_channels
         self.convs = nn.Sequential(*layers, nn.Flatten())
         with torch.no_grad():
-            flat = self.convs(torch.zeros(1, obs_shape[2] if self.channels_last else obs_shape[0], height, width))
+            flat = self.convs(torch.zeros(1, *self.conv_shape))
         self.num_features = 512
         self.linear = nn.Sequential(nn.Linear(flat.shape[1], self.num_features), nn.ReLU())
-        self.obs_shape = tuple(obs_shape)
 
     def forward(self, obs: Tensor) -> Tensor:
         """``(*batch, *obs_shape)`` -> ``(*batch, 512)``."""
         batch_shape = obs.shape[: obs.dim() - len(self.input_shape)]
-        pixels = obs.reshape(-1, *self.obs_shape)
+        pixels = obs.reshape(-1, *self.input_shape)
+        # The only place images become float: uint8 end to end before it.
         pixels = pixels.float() / 255.0 if pixels.dtype == torch.uint8 else pixels.float()
-        if self.channels_last:
+        if self.layout == "HW":
+            pixels = pixels.unsqueeze(1)
+        elif self.layout == "HWC":
             pixels = pixels.permute(0, 3, 1, 2)
+        elif self.layout == "KHWC":
+            pixels = pixels.permute(0, 1, 4, 2, 3).reshape(-1, *self.conv_shape)
         return self.linear(self.convs(pixels)).reshape(*batch_shape, self.num_features)
 
 
@@ -194,7 +219,7 @@ class MultiInputEncoder(nn.Module):
             if key == ACTION_MASK_KEY:
                 continue
             if is_image_space(leaf):
-                encoders[key] = ImageEncoder(leaf.shape)
+                encoders[key] = ImageEncoder(leaf.shape, image_layout(leaf))
             else:
                 dtype = torch.float32 if leaf.dtype == np.float32 else torch.uint8
                 encoders[key] = VectorEncoder(leaf.shape, hidden_sizes, activation, dtype)
@@ -231,7 +256,7 @@ def make_encoder(
         return encoder, encoder.num_features
     obs_shape = tuple(observation_space.shape)
     if is_image_space(observation_space):
-        encoder: nn.Module = ImageEncoder(obs_shape)
+        encoder: nn.Module = ImageEncoder(obs_shape, image_layout(observation_space))
     else:
         obs_dtype = torch.uint8 if observation_space.dtype == np.uint8 else torch.float32
         encoder = VectorEncoder(obs_shape, hidden_sizes, activation, obs_dtype)

@@ -40,6 +40,7 @@ from rl_lightning.envs.spaces import (
     flat_parts,
     flat_values,
     float32_bounds,
+    image_layout,
     is_image_leaf,
     is_structured,
     leaf_space,
@@ -201,6 +202,15 @@ def _close_quietly(reference: weakref.ref) -> None:
             envs.close()
 
 
+def _uint8_image_layout(env_id: str, space: gym.spaces.Box) -> str | None:
+    """The layout of a uint8 image observation (None: no uint8 image); a ``ValueError`` naming the env
+    for a uint8 shape whose layout cannot be told (rather than casting its pixels to float32)."""
+    try:
+        return image_layout(space) if is_image_leaf(space) else None
+    except ValueError as error:
+        raise ValueError(f"{env_id!r}: {error}") from None
+
+
 class GymnasiumVectorEnv(VectorEnv):
     """``num_envs`` copies of a gymnasium env id, stepped by gymnasium's own vector env, as tensors.
 
@@ -209,8 +219,10 @@ class GymnasiumVectorEnv(VectorEnv):
     ``terminated`` / ``truncated`` exactly as gymnasium says. Spaces are converted:
 
     - Box observations: float32 (from any float, int or bool dtype; bounds cast to float32),
-      except uint8 images (``(H, W)``, ``(H, W, 1)``, ``(H, W, 3)``), which stay uint8 and are
-      what :meth:`draw` can show (``can_draw``).
+      except uint8 images (``(H, W)``, ``(H, W, C)``, ``(C, H, W)`` with C up to 16, ``(K, H, W, C)``
+      with C 1 or 3: :func:`~rl_lightning.envs.spaces.image_layout`), which stay uint8 (scaled
+      inside the network) and are what :meth:`draw` can show (``can_draw``). A uint8 Box of a
+      shape whose channel axis cannot be told is a ``ValueError`` saying what to wrap it with.
     - Discrete observations ``Discrete(n, start)``: one-hot, a float32 ``Box(0, 1, (n,))``
       (``obs[i, k] = 1`` for gymnasium's observation ``start + k``).
     - Discrete actions ``Discrete(n, start)``: our ``Discrete(n)``; action ``k`` is gymnasium's
@@ -337,8 +349,10 @@ class GymnasiumVectorEnv(VectorEnv):
             self._obs_start = int(space.start)
             self._obs_size = int(space.n)
             self.single_observation_space = gym.spaces.Box(0.0, 1.0, (int(space.n),), np.float32)
-        elif isinstance(space, gym.spaces.Box) and is_image_leaf(space):
+        elif isinstance(space, gym.spaces.Box) and _uint8_image_layout(env_id, space) is not None:
             self._obs_kind = "image"
+            #: How :meth:`draw` reads the images (``rl_lightning.envs.spaces.image_layout``).
+            self._image_layout = image_layout(space)
             self.single_observation_space = space
         elif isinstance(space, gym.spaces.Box):
             self._obs_kind = "float32" if space.dtype == np.float32 else "cast"
@@ -554,7 +568,9 @@ class GymnasiumVectorEnv(VectorEnv):
         return tensor if self._on_cpu else tensor.to(self.device)
 
     def draw(self, obs: Tensor) -> Tensor:
-        """Image observations ``(*batch, H, W[, 1 or 3])`` as uint8 RGB ``(*batch, H, W, 3)`` on the CPU."""
+        """Image observations as uint8 RGB ``(*batch, H, W, 3)`` on the CPU: 1 channel as grey, 3 as RGB; of a
+        frame stack (``(C, H, W)`` or ``(H, W, C)`` with other C, ``(K, H, W, C)``) the last frame, the newest
+        in gymnasium's ``FrameStackObservation``."""
         if not self.can_draw:
             raise NotImplementedError(
                 f"GymnasiumVectorEnv cannot draw {self.env_id!r}'s observations (only uint8 image observations); "
@@ -563,8 +579,15 @@ class GymnasiumVectorEnv(VectorEnv):
         if obs.ndim < len(self.obs_shape) or tuple(obs.shape[obs.ndim - len(self.obs_shape) :]) != self.obs_shape:
             raise ValueError(f"obs must have shape (*batch, *{self.obs_shape}), got {tuple(obs.shape)}")
         images = obs.detach().to("cpu", torch.uint8)
-        if len(self.obs_shape) == 2:
+        layout = self._image_layout
+        if layout == "HW":
             images = images.unsqueeze(-1)
+        elif layout == "CHW":
+            images = images.movedim(-3, -1)
+        elif layout == "KHWC":
+            images = images[..., -1, :, :, :]
+        if images.shape[-1] not in (1, 3):  # a stack of grey frames
+            images = images[..., -1:]
         return images.expand(*images.shape[:-1], 3).clone()
 
     def render(self) -> Tensor:

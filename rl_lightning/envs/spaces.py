@@ -162,10 +162,73 @@ def flat_values(space: gym.Space, obs: Any, prefix: str = "") -> dict[str, Any]:
     return values
 
 
+#: The layouts of image observations: grey ``(H, W)``, channels last ``(H, W, C)`` (gymnasium's),
+#: channels first ``(C, H, W)`` (a frame stack of grey frames) and ``(K, H, W, C)`` (a stack of K
+#: frames of 1 or 3 channels, folded into ``K * C`` channels by the CNN).
+IMAGE_LAYOUTS = ("HW", "HWC", "CHW", "KHWC")
+#: The most channels a ``(C, H, W)`` or ``(H, W, C)`` image has (frame stacks, grey or RGB).
+MAX_IMAGE_CHANNELS = 16
+_COLOUR_CHANNELS = (1, 3)
+
+
+def _shape_layout(shape: Sequence[int]) -> str | None:
+    """The layout of an image of ``shape``; None for a rank no image has, or a rank-3 shape whose
+    channel axis cannot be told (both ends or neither up to ``MAX_IMAGE_CHANNELS``)."""
+    if len(shape) == 2:
+        return "HW"
+    if len(shape) == 4:
+        return "KHWC" if shape[-1] in _COLOUR_CHANNELS else None
+    if len(shape) != 3:
+        return None
+    first_is_channels, last_is_channels = shape[0] <= MAX_IMAGE_CHANNELS, shape[-1] <= MAX_IMAGE_CHANNELS
+    if last_is_channels and not first_is_channels:
+        return "HWC"
+    if first_is_channels and not last_is_channels:
+        return "CHW"
+    if first_is_channels and last_is_channels:  # a small image: 1 or 3 colour channels at one end only
+        if shape[-1] in _COLOUR_CHANNELS and shape[0] not in _COLOUR_CHANNELS:
+            return "HWC"
+        if shape[0] in _COLOUR_CHANNELS and shape[-1] not in _COLOUR_CHANNELS:
+            return "CHW"
+    return None
+
+
+def image_layout(space: gym.Space) -> str | None:
+    """The layout (:data:`IMAGE_LAYOUTS`) of an image observation space, None for any other space.
+
+    A uint8 ``Box`` of rank 2, 3 or 4 is an image (kept uint8 end to end, scaled by 1/255 inside the
+    network): rank 2 is ``"HW"``; rank 3 is ``"HWC"`` when only its last axis has up to 16 entries,
+    ``"CHW"`` when only its first has (a small image whose both ends have up to 16: the end with 1
+    or 3 colour channels, if only one has); rank 4 ending in 1 or 3 is ``"KHWC"``. Any other uint8
+    shape of those ranks is a ``ValueError`` naming it and what to pass. A float32 rank-3 ``Box``
+    of such a shape is an image too (taken unscaled), one of no such shape a vector; uint8 vectors
+    (rank 0 or 1, e.g. Atari RAM) are no images.
+    """
+    if not isinstance(space, gym.spaces.Box):
+        return None
+    shape = tuple(space.shape)
+    if space.dtype != np.uint8:
+        return _shape_layout(shape) if space.dtype == np.float32 and len(shape) == 3 else None
+    if len(shape) not in (2, 3, 4):
+        return None
+    layout = _shape_layout(shape)
+    if layout is None:
+        raise ValueError(
+            f"the uint8 observation of shape {shape} has no image layout rl_lightning can tell: images are (H, W), "
+            f"(H, W, C) or (C, H, W) with C <= {MAX_IMAGE_CHANNELS} channels and H, W > {MAX_IMAGE_CHANNELS} (a "
+            "smaller image: 1 or 3 channels at one end), or (K, H, W, C) frames with C 1 or 3; wrap the env to "
+            "move its channels to the first or last axis (a gymnasium.wrappers.TransformObservation with "
+            "np.moveaxis and the new observation_space, passed in env_kwargs['wrappers']), or, if it is no image, "
+            "cast it (env_kwargs={'wrappers': [{'class_path': 'gymnasium.wrappers.DtypeObservation', "
+            "'init_args': {'dtype': 'float32'}}]})"
+        )
+    return layout
+
+
 def is_image_leaf(space: gym.spaces.Box) -> bool:
-    """uint8 ``(H, W)``, ``(H, W, 1)`` or ``(H, W, 3)``: kept as uint8 (and drawable by the adapter)."""
-    shape = space.shape
-    return space.dtype == np.uint8 and (len(shape) == 2 or (len(shape) == 3 and shape[-1] in (1, 3)))
+    """A uint8 image (:func:`image_layout`): kept as uint8 (a ``ValueError`` for a uint8 ``Box`` of an
+    ambiguous shape)."""
+    return space.dtype == np.uint8 and image_layout(space) is not None
 
 
 def float32_bounds(bound: np.ndarray) -> np.ndarray:
@@ -182,8 +245,11 @@ def leaf_space(key: str, space: gym.Space) -> gym.spaces.Box:
             return gym.spaces.Box(0, 1, space.shape, np.bool_)
         raise ValueError(f"the action mask {key!r} must be a MultiBinary(n) or a 1-d Box, got {space!r}")
     if isinstance(space, gym.spaces.Box):
-        if is_image_leaf(space):
-            return space
+        try:
+            if is_image_leaf(space):
+                return space
+        except ValueError as error:
+            raise ValueError(f"the observation part {key!r}: {error}") from None
         return gym.spaces.Box(float32_bounds(space.low), float32_bounds(space.high), space.shape, np.float32)
     if isinstance(space, gym.spaces.Discrete):
         return gym.spaces.Box(0.0, 1.0, (int(space.n),), np.float32)
