@@ -15,8 +15,8 @@ import torch
 
 from rl_lightning import DQNModule, PPOModule, VPGModule
 from rl_lightning.envs import make_envs
-from rl_lightning.envs.spaces import image_layout, is_image_leaf
-from rl_lightning.nets import ImageEncoder
+from rl_lightning.envs.spaces import image_layout, is_image_leaf, leaf_space
+from rl_lightning.nets import ImageEncoder, MultiInputEncoder
 
 SHAPES = {"chw-stack": (4, 84, 84), "hwc-stack": (84, 84, 4), "rgb-stack": (2, 20, 20, 3), "grey": (20, 20)}
 
@@ -111,6 +111,15 @@ def test_the_cnn_folds_every_layout_into_channels_first_frame_by_frame():
     torch.testing.assert_close(stacked(pixels.unflatten(1, (2, 3)).permute(0, 1, 3, 4, 2)), expected)
     torch.testing.assert_close(channels_last(pixels.permute(0, 2, 3, 1)), expected)
     torch.testing.assert_close(channels_first(pixels), channels_first(pixels.float() / 255))
+
+
+def test_a_dict_observation_s_frame_stack_key_is_an_image_and_an_ambiguous_one_names_its_key():
+    frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    assert leaf_space("frames", frames) is frames
+    encoder = MultiInputEncoder(gym.spaces.Dict({"frames": frames, "speed": gym.spaces.Box(-1, 1, (2,))}))
+    assert encoder.encoders["frames"].layout == "CHW" and encoder.encoders["frames"].convs[0].in_channels == 4
+    with pytest.raises(ValueError, match=r"'frames'.*shape \(8, 20, 8\)"):
+        leaf_space("frames", gym.spaces.Box(0, 255, (8, 20, 8), np.uint8))
 
 
 @pytest.mark.parametrize("shape", list(SHAPES.values()), ids=list(SHAPES))
