@@ -2,6 +2,7 @@
 checkpoint of this project edited by hand (it still loads with ``weights_only=True``) whose payload would
 create a marker file; every test asserts the marker is never created and nothing is imported."""
 
+import gc
 import importlib
 import importlib.util
 import io
@@ -25,8 +26,8 @@ EVIL_MODULE = """
 import pathlib
 pathlib.Path({marker!r}).touch()
 import gymnasium
-from rl_lightning import PPOModule as _PPOModule
-class PPOModule(_PPOModule):
+from rl_lightning import PPOModule
+class EvilModule(PPOModule):
     pass
 class Wrapper(gymnasium.Wrapper):
     pass
@@ -47,7 +48,9 @@ ATTACKS = {
     "gymnasium backend, wrapper of an importable module": lambda h, marker: h.update(
         env_backend="gymnasium", env_kwargs={"wrappers": ["relmark_import.Wrapper"]}
     ),
-    "module class path": lambda h, marker: h.update(_class_path="relmark_import.PPOModule"),
+    # (not named PPOModule: a second LightningModule subclass of that name would make `--model PPOModule`
+    # ambiguous for jsonargparse in the tests that follow in the same process)
+    "module class path": lambda h, marker: h.update(_class_path="relmark_import.EvilModule"),
     "Lightning instantiator": lambda h, marker: h.update(_instantiator="relmark_import.evil"),
     "gymnasium module:id env id": lambda h, marker: h.update(env_backend="gymnasium", env_id="relmark_import:Evil-v0"),
     "spec in another hyper-parameter": lambda h, marker: h.update(
@@ -83,6 +86,7 @@ def attacker(tmp_path, monkeypatch):
     sys.modules.pop("relmark_import", None)
     yield marker
     sys.modules.pop("relmark_import", None)
+    gc.collect()  # its classes gone from LightningModule.__subclasses__() too
 
 
 def _evil_checkpoint(saved: Path, directory: Path, attack: str, marker: Path) -> Path:
