@@ -12,6 +12,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from quiet_trainer import quiet_fit
 
 from rl_lightning import DQNModule, SACModule, TD3Module, VPGModule
 from rl_lightning.algos.off_policy import check_warmup_settings
@@ -50,17 +51,6 @@ def _huge_bounds_env(bound: float) -> str:
     )
 
 
-def _fit(module: L.LightningModule, max_steps: int = 2) -> None:
-    trainer = L.Trainer(
-        max_steps=max_steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(module)
-
-
 # -- learning_starts and n_step ---------------------------------------------------------------------
 
 
@@ -78,9 +68,13 @@ def test_a_warmup_too_short_for_n_step_samples_is_refused_at_construction():
 
 
 def test_the_smallest_accepted_warmup_samples():
-    _fit(DQNModule(learning_starts=17, n_step=3, batch_size=8, buffer_size=200))
-    _fit(DQNModule(num_envs=4, learning_starts=1, n_step=3, train_freq=2, batch_size=8, buffer_size=200))
-    _fit(DQNModule(num_envs=4, learning_starts=0, n_step=3, train_freq=3, batch_size=8, buffer_size=200))
+    quiet_fit(DQNModule(learning_starts=17, n_step=3, batch_size=8, buffer_size=200), max_steps=2)
+    quiet_fit(
+        DQNModule(num_envs=4, learning_starts=1, n_step=3, train_freq=2, batch_size=8, buffer_size=200), max_steps=2
+    )
+    quiet_fit(
+        DQNModule(num_envs=4, learning_starts=0, n_step=3, train_freq=3, batch_size=8, buffer_size=200), max_steps=2
+    )
 
 
 def test_the_warmup_of_several_processes_counts_them_all():

@@ -15,6 +15,7 @@ import pytest
 import torch
 import yaml
 from fake_module import FakeModule
+from quiet_trainer import quiet_trainer
 from torch import nn
 
 from rl_lightning import DQNModule, PPOModule, SACModule, TD3Module, VPGModule
@@ -78,15 +79,10 @@ def _parameters(owner) -> set[str]:
     return set(inspect.signature(owner).parameters)
 
 
-def _trainer(**kwargs) -> L.Trainer:
-    settings = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    return L.Trainer(**settings, **kwargs)
-
-
 def _old_checkpoint(module: L.LightningModule, path: Path, renames: dict[str, tuple[str, object]]) -> Path:
     """A real checkpoint of ``module`` after 2 training steps, its hyper-parameters saved as a release before the
     renames would have: ``renames`` new name -> (former name, value)."""
-    trainer = _trainer(max_steps=2)
+    trainer = quiet_trainer(max_steps=2)
     trainer.fit(module)
     trainer.save_checkpoint(path)
     checkpoint = torch.load(path, weights_only=True)

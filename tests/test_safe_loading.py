@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import gymnasium as gym
-import lightning as L
 import pytest
 import torch
+from quiet_trainer import quiet_trainer
 
 from rl_lightning import PPOModule
 from rl_lightning.cli import make_cli
@@ -21,7 +21,6 @@ from rl_lightning.envs.gym_adapter import resolve_wrappers
 from rl_lightning.trust import UntrustedCheckpointError, allow_class_paths, check_file_hyperparameters, untrusted
 
 ROOT = Path(__file__).resolve().parents[1]
-QUIET = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
 EVIL_MODULE = """
 import pathlib
 pathlib.Path({marker!r}).touch()
@@ -67,10 +66,10 @@ def _no_pytest_argv(monkeypatch):
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     root = tmp_path_factory.mktemp("safe_loading")
-    trainer = L.Trainer(max_steps=1, **QUIET)
+    trainer = quiet_trainer(max_steps=1)
     trainer.fit(PPOModule(num_envs=4, num_steps_per_rollout=8))
     trainer.save_checkpoint(root / "ppo.ckpt")
-    trainer = L.Trainer(max_steps=1, **QUIET)
+    trainer = quiet_trainer(max_steps=1)
     trainer.fit(PPOModule(env_id="Acrobot-v1", num_envs=4, num_steps_per_rollout=8))
     trainer.save_checkpoint(root / "acrobot.ckpt")
     return root
@@ -149,7 +148,7 @@ def test_a_pickle_in_a_resumed_checkpoint_is_never_unpickled(saved, tmp_path, at
     checkpoint = torch.load(saved / "ppo.ckpt", weights_only=True)
     checkpoint["payload"] = Payload()
     torch.save(checkpoint, tmp_path / "pickle.ckpt")
-    trainer = L.Trainer(max_steps=2, **QUIET)
+    trainer = quiet_trainer(max_steps=2)
     with pytest.raises(ValueError, match="weights_only=True"):
         trainer.fit(PPOModule(num_envs=4, num_steps_per_rollout=8), ckpt_path=tmp_path / "pickle.ckpt")
     with pytest.raises(ValueError, match="weights_only=True"):

@@ -8,10 +8,10 @@ import importlib.util
 import re
 
 import gymnasium as gym
-import lightning as L
 import numpy as np
 import pytest
 import torch
+from quiet_trainer import quiet_fit
 
 from rl_lightning import DQNModule, PPOModule, VPGModule
 from rl_lightning.envs import make_envs
@@ -41,17 +41,6 @@ def _env_id(shape: tuple[int, ...]) -> str:
     if env_id not in gym.registry:
         gym.register(env_id, entry_point=_PixelEnv, max_episode_steps=20, kwargs={"shape": shape})
     return env_id
-
-
-def _fit(module, max_steps: int) -> None:
-    trainer = L.Trainer(
-        max_steps=max_steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(module)
 
 
 def _record_image_inputs(module) -> list[tuple[str, torch.dtype, float]]:
@@ -152,7 +141,7 @@ def test_the_network_gets_uint8_and_its_first_convolution_sees_unit_range_values
     module = VPGModule(env_id=_env_id(shape), num_envs=2, num_steps_per_rollout=2, seed=0)
     assert module.obs_dtype == torch.uint8
     seen = _record_image_inputs(module)
-    _fit(module, max_steps=1)
+    quiet_fit(module, max_steps=1)
     assert module.source.collection.rollout.obs.dtype == torch.uint8
     encoder_dtypes = {dtype for where, dtype, _ in seen if where == "encoder"}
     conv_inputs = [(dtype, largest) for where, dtype, largest in seen if where == "conv"]
@@ -168,7 +157,7 @@ def test_ppo_trains_one_step_on_the_issues_frame_stack():
     conv = module.model.actor.encoder.convs[0]
     assert (conv.in_channels, conv.kernel_size) == (4, (8, 8))  # Nature-DQN CNN over the 4 frames
     seen = _record_image_inputs(module)
-    _fit(module, max_steps=1)
+    quiet_fit(module, max_steps=1)
     assert module.source.collection.rollout.obs.dtype == torch.uint8
     assert all(largest <= 1.0 for where, _, largest in seen if where == "conv")
 
@@ -184,7 +173,7 @@ def test_dqn_replay_stores_frame_stacks_as_uint8(shape):
         steps_per_epoch=2,
         seed=0,
     )
-    _fit(module, max_steps=2)
+    quiet_fit(module, max_steps=2)
     buffer = module.source.buffer
     assert len(buffer) > 0
     assert buffer.obs.dtype == buffer.next_obs.dtype == torch.uint8 and tuple(buffer.obs.shape[-len(shape) :]) == shape
@@ -201,7 +190,7 @@ def test_the_exported_policy_takes_uint8_and_scales_inside(tmp_path):
 def _fit_recording(module) -> list[tuple[str, torch.dtype, float]]:
     """What the image encoders and their first convolutions got during one training step."""
     seen = _record_image_inputs(module)
-    _fit(module, max_steps=1)
+    quiet_fit(module, max_steps=1)
     return seen
 
 
