@@ -17,7 +17,7 @@ import lightning as L
 import yaml
 
 from rl_lightning.algos import ALGORITHMS
-from rl_lightning.deprecations import renames_of
+from rl_lightning.deprecations import renames_of, same_value
 from rl_lightning.scripting import is_launching_process
 
 MODEL_CLASSES = ALGORITHMS
@@ -195,13 +195,3 @@ def model_class_at(class_path: str | None) -> Any:
         return getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError, ValueError):
         return None
-
-
-def same_value(a: Any, b: Any) -> bool:
-    """``a == b``, with lists and tuples alike (a YAML list is a checkpoint's tuple)."""
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
-    try:
-        return bool(a == b)
-    except Exception:  # values without a plain truth value (arrays): differ
-        return False

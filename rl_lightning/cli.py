@@ -32,11 +32,12 @@ from jsonargparse.typing import PositiveInt
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
-from rl_lightning._command_line_renames import model_class_at, renamed_arguments, same_value
+from rl_lightning._command_line_renames import model_class_at, renamed_arguments
 from rl_lightning.algos import ALGORITHMS
 from rl_lightning.callbacks import EnvStepBudget
 from rl_lightning.callbacks.guard import check_trainer_settings
 from rl_lightning.checkpoints import CHECKPOINT_KEY, load_checkpoint_file, resolve_ckpt_path
+from rl_lightning.deprecations import same_value
 from rl_lightning.scripting import RunLines, default_callbacks, is_launching_process, run_logger
 from rl_lightning.trust import UntrustedCheckpointError, algorithm_class_paths, check_file_hyperparameters
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from lightning.pytorch.core.mixins import HyperparametersMixin
 
-__all__ = ["renamed", "renamed_in_checkpoint", "renamed_keywords", "renames_of", "wrap_init"]
+__all__ = ["renamed", "renamed_in_checkpoint", "renamed_keywords", "renames_of", "same_value", "wrap_init"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,7 +32,7 @@ def renamed(kwargs: dict[str, Any], renames: Mapping[str, str], owner: str, stac
     for old in [name for name in kwargs if name in renames]:
         new = renames[old]
         value = kwargs.pop(old)
-        if new in kwargs and not _same(kwargs[new], value):
+        if new in kwargs and not same_value(kwargs[new], value):
             raise TypeError(
                 f"{owner}() got {old}={value!r} and {new}={kwargs[new]!r}: {old} is the former name of {new}, "
                 f"pass only {new}"
@@ -119,8 +119,11 @@ def _applicable(renames: Mapping[str, str], signature: inspect.Signature) -> dic
     return {old: new for old, new in renames.items() if old not in parameters and (new in parameters or takes_any)}
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
+    """``a == b``, with lists and tuples alike (a YAML list is a checkpoint's tuple)."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
     try:
         return bool(a == b)
-    except Exception:  # values without a plain truth value (tensors, arrays): differ
+    except Exception:  # values without a plain truth value (arrays): differ
         return False

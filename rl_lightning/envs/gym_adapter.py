@@ -41,7 +41,6 @@ from rl_lightning.envs.spaces import (
     flat_values,
     float32_bounds,
     image_layout,
-    is_image_leaf,
     is_structured,
     leaf_space,
 )
@@ -206,7 +205,7 @@ def _uint8_image_layout(env_id: str, space: gym.spaces.Box) -> str | None:
     """The layout of a uint8 image observation (None: no uint8 image); a ``ValueError`` naming the env
     for a uint8 shape whose layout cannot be told (rather than casting its pixels to float32)."""
     try:
-        return image_layout(space) if is_image_leaf(space) else None
+        return image_layout(space) if space.dtype == np.uint8 else None
     except ValueError as error:
         raise ValueError(f"{env_id!r}: {error}") from None
 
@@ -349,10 +348,10 @@ class GymnasiumVectorEnv(VectorEnv):
             self._obs_start = int(space.start)
             self._obs_size = int(space.n)
             self.single_observation_space = gym.spaces.Box(0.0, 1.0, (int(space.n),), np.float32)
-        elif isinstance(space, gym.spaces.Box) and _uint8_image_layout(env_id, space) is not None:
+        elif isinstance(space, gym.spaces.Box) and (layout := _uint8_image_layout(env_id, space)) is not None:
             self._obs_kind = "image"
             #: How :meth:`draw` reads the images (``rl_lightning.envs.spaces.image_layout``).
-            self._image_layout = image_layout(space)
+            self._image_layout = layout
             self.single_observation_space = space
         elif isinstance(space, gym.spaces.Box):
             self._obs_kind = "float32" if space.dtype == np.float32 else "cast"
