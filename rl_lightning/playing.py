@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from rl_lightning._checks import check_bool, check_int
+from rl_lightning.data.episodes import game_steps
 from rl_lightning.envs.base import VectorEnv
 
 
@@ -22,7 +23,8 @@ class GreedyPlay(NamedTuple):
     lengths: Tensor
     #: bool ``(num_envs, episodes_per_env)``: the episodes cut at ``max_episode_steps`` (their returns are partial).
     cut: Tensor
-    #: bool ``(num_envs, num_steps)``: an episode ended on step t (terminated | truncated; a cut is not an end).
+    #: bool ``(num_envs, num_steps)``: an episode ended on step t (terminated | truncated, or a game over where the
+    #: env says, the Atari preset; a cut is not an end).
     dones: Tensor
     #: ``(num_envs, num_steps, *obs_shape)``: the observation each step acted on (``keep_obs``), else None.
     obs: Tensor | None
@@ -105,16 +107,17 @@ def play_greedy(
             all_obs.append(obs)
         if frame is not None and step % frame_stride == 0:
             frames.append(frame(obs))
-        obs, rewards, terminated, truncated, _ = envs.step(torch.as_tensor(actor(obs, starts), device=device))
+        obs, rewards, terminated, truncated, info = envs.step(torch.as_tensor(actor(obs, starts), device=device))
         starts = terminated | truncated
-        all_dones.append(starts)
+        rewards, game_over = game_steps(rewards, starts, info)  # a game's score over all its lives (Atari)
+        all_dones.append(game_over)
         if episodes_per_env is None:
             continue
         episode_return += rewards * running
         episode_length += running
-        ended, cut_now, steps_in_episode = running & starts, None, steps_in_episode + 1
+        ended, cut_now, steps_in_episode = running & game_over, None, steps_in_episode + 1
         if max_episode_steps is not None and steps_in_episode >= max_episode_steps:
-            cut_now = running & ~starts
+            cut_now = running & ~game_over
             ended |= cut_now
         if not ended.any():  # the loop's one host sync per step
             continue

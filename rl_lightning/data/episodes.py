@@ -8,12 +8,21 @@ import torch
 from torch import Tensor
 
 
+def game_steps(rewards: Tensor, dones: Tensor, info: dict[str, Any]) -> tuple[Tensor, Tensor]:
+    """What the episode statistics count of a step: the rewards and episode ends (terminated |
+    truncated), or where the env gives them (the Atari preset, ``rl_lightning.envs.atari``) the game's
+    own unclipped rewards and game ends, ``info["game_reward"]`` / ``info["game_over"]``: the real game
+    score over full games, as CleanRL and SB3 report it."""
+    return info.get("game_reward", rewards), info.get("game_over", dones)
+
+
 class EpisodeTracker:
     """Running return and length of every env's current episode, and the totals of the episodes
     that finished since the last :meth:`pop`, all as tensors on the envs' device (no host sync).
 
     ``charts/episodic_return`` and ``charts/episodic_length`` are the means of what :meth:`pop`
-    returns: every algorithm logs the same thing.
+    returns: every algorithm logs the same thing (for the Atari preset, game scores over full games:
+    :func:`game_steps`).
 
     Args:
         num_envs: envs tracked.

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from rl_lightning._checks import check_float, check_int, check_seed, check_sizes
+from rl_lightning.data.episodes import game_steps
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs.base import VectorEnv, resolve_device, sample_legal
 from rl_lightning.envs.spaces import ACTION_MASK_KEY, MASK_CONVENTION, TensorTree, as_tree, plain
@@ -456,7 +457,7 @@ class ReplaySource(EnvSource):
             # puts in info["final_observation"] for every env (equal to next_obs where no reset).
             final_obs = info["final_observation"]
             self.buffer.add(obs, actions, rewards, terminated, final_obs, dones if n_step > 1 else None)
-            self.episodes.update(rewards, dones)
+            self.episodes.update(*game_steps(rewards, dones, info))
             obs = next_obs
         self._obs = obs
         self.count(num_steps)

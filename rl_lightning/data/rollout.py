@@ -18,7 +18,9 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor, nn
 
 from rl_lightning.compiling import CompiledFunctions
+from rl_lightning.data.episodes import game_steps
 from rl_lightning.data.source import EnvSource
+from rl_lightning.envs.atari import GAME_REWARD_KEY
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.spaces import as_tree, plain
 from rl_lightning.nets import CategoricalHead, GaussianHead, PolicyNetwork
@@ -286,6 +288,8 @@ class RolloutSource(EnvSource):
         self.collection: RolloutCollection | None = None
         # Whether the obs to act on next starts an episode (a recurrent policy zeroes its state there).
         self._episode_start = torch.ones(envs.num_envs, dtype=torch.bool, device=self.device)
+        #: Whether the envs give the game's own score (the Atari preset): episodes are then counted per step.
+        self._game_steps = False
 
     def __len__(self) -> int:
         return self.rollouts_per_epoch * self.batches_per_rollout
@@ -356,7 +360,8 @@ class RolloutSource(EnvSource):
         # Stacked outside inference mode, so the rollout is an ordinary tensor that the loss
         # can feed through the policy with autograd.
         rollout = self.rollout.get()
-        self.episodes.update(rollout.rewards, rollout.dones)  # once per rollout, not per step
+        if not self._game_steps:  # else counted step by step, of the game's own score (game_steps)
+            self.episodes.update(rollout.rewards, rollout.dones)  # once per rollout, not per step
         return rollout
 
     @torch.inference_mode()  # ~15% less per-op overhead than no_grad for these tiny ops
@@ -375,6 +380,9 @@ class RolloutSource(EnvSource):
                 next_obs, rewards, terminated, truncated, info = step(actions)
                 final_obs = info["final_observation"] if keep_final else None
                 add_step(obs, actions, logprobs, rewards, terminated, truncated, values, final_obs)
+                if GAME_REWARD_KEY in info:
+                    self._game_steps = True
+                    self.episodes.update(*game_steps(rewards, terminated | truncated, info))
                 # The envs auto-reset on either flag: the next obs starts an episode.
                 obs, episode_start = next_obs, terminated | truncated
                 if self.stop_requested_in_rollout(t):

@@ -27,6 +27,13 @@ from gymnasium.envs.registration import EnvSpec, load_env_creator
 from torch import Tensor
 
 from rl_lightning._checks import check_bool, check_choice, check_int, check_seed, check_str
+from rl_lightning.envs.atari import (
+    GAME_OVER_KEY,
+    GAME_REWARD_KEY,
+    atari_make_kwargs,
+    atari_options,
+    atari_wrappers,
+)
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.cartpole import draw_cartpole
 from rl_lightning.envs.spaces import (
@@ -247,7 +254,10 @@ class GymnasiumVectorEnv(VectorEnv):
             (off by default: some envs then set up a renderer, which costs time and memory, and
             gymnasium's classic-control ones need pygame).
         **env_kwargs: passed to the env's constructor (``gymnasium.make``), e.g.
-            ``max_episode_steps=100``.
+            ``max_episode_steps=100``; ``wrappers`` (:func:`resolve_wrappers`); ``atari``: the Atari preset
+            (``True`` or a dict of its options, :mod:`rl_lightning.envs.atari`), for ALE ids: the standard
+            84x84 grey 4-frame pipeline, the training reward clipped, and ``info["game_reward"]`` /
+            ``info["game_over"]`` (tensors) with the real game score and game ends.
     """
 
     restorable = False  # gymnasium envs cannot save their internal state
@@ -274,6 +284,12 @@ class GymnasiumVectorEnv(VectorEnv):
             raise TypeError("pass render=True (for render_mode='rgb_array') instead of render_mode")
         if "wrappers" in env_kwargs:
             env_kwargs["wrappers"] = resolve_wrappers(env_kwargs["wrappers"])
+        #: The Atari preset's options (``rl_lightning.envs.atari``), None without it.
+        self.atari = atari_options(env_kwargs.pop("atari", None))
+        if self.atari is not None:
+            _check_atari(env_id, spec, env_kwargs)
+            env_kwargs.update(atari_make_kwargs(self.atari))
+            env_kwargs["wrappers"] = [*atari_wrappers(self.atari), *env_kwargs.get("wrappers", [])]
         if render:
             _check_rgb_array(env_id, _declared_render_modes(spec))  # before building, where known
             env_kwargs["render_mode"] = "rgb_array"
@@ -281,7 +297,7 @@ class GymnasiumVectorEnv(VectorEnv):
         self.env_id = env_id
         self.vectorization_mode = vectorization_mode
         #: The episodes' time limit in steps (None: the env has none, an episode may never end).
-        self.max_episode_steps = time_limit(spec, env_kwargs)
+        self.max_episode_steps = self.atari["max_episode_steps"] if self.atari else time_limit(spec, env_kwargs)
         if self.max_episode_steps is None and env_id not in _WARNED_NO_TIME_LIMIT:
             _WARNED_NO_TIME_LIMIT.add(env_id)  # once per process, not per env instance
             warnings.warn(
@@ -445,13 +461,27 @@ class GymnasiumVectorEnv(VectorEnv):
         reward = torch.from_numpy(reward.astype(np.float32))
         # gymnasium returns fresh flag arrays: no copy needed.
         terminated, truncated = torch.from_numpy(terminated), torch.from_numpy(truncated)
+        step_info = {"final_observation": final_obs}
+        if self.atari is not None:
+            step_info.update(self._game_info(info, ended))
         if not self._on_cpu:
             reward, terminated, truncated = (
                 reward.to(self.device),
                 terminated.to(self.device),
                 truncated.to(self.device),
             )
-        return next_obs, reward, terminated, truncated, {"final_observation": final_obs}
+        return next_obs, reward, terminated, truncated, step_info
+
+    def _game_info(self, info: dict[str, Any], ended: np.ndarray | None) -> dict[str, Tensor]:
+        """The Atari preset's ``game_reward`` / ``game_over`` of every env as tensors on the device: of the
+        step's info, or of its ``final_info`` for the envs whose episode ended (their info is the reset's)."""
+        values = {}
+        for key, dtype in (GAME_REWARD_KEY, np.float32), (GAME_OVER_KEY, np.bool_):
+            value = np.asarray(info.get(key, np.zeros(self.num_envs)), dtype=dtype)  # absent: every env ended
+            if ended is not None:
+                value = np.where(ended, np.asarray(info["final_info"][key], dtype=dtype), value)
+            values[key] = torch.from_numpy(value).to(self.device)
+        return values
 
     def _check_action_values(self, actions: Tensor) -> None:
         # The actions go to numpy for gymnasium anyway: numpy's reductions cost less than
@@ -637,6 +667,28 @@ class GymnasiumVectorEnv(VectorEnv):
         return (
             f"GymnasiumVectorEnv({self.env_id!r}, num_envs={self.num_envs}, device={self.device}, "
             f"vectorization_mode={self.vectorization_mode!r})"
+        )
+
+
+#: The base env's arguments that the Atari preset sets itself (from its options).
+_ATARI_SETS = ("frameskip", "repeat_action_probability", "max_num_frames_per_episode", "max_episode_steps")
+
+
+def _check_atari(env_id: str, spec: EnvSpec, env_kwargs: dict[str, Any]) -> None:
+    """The Atari preset needs an ALE env and sets the base env's frame skip, sticky actions and time limit
+    from its own options: a ``ValueError`` for another env, or for those arguments given beside it."""
+    entry_point = spec.entry_point if isinstance(spec.entry_point, str) else getattr(spec.entry_point, "__module__", "")
+    if not str(entry_point).startswith("ale_py"):
+        raise ValueError(
+            f"env_kwargs['atari'] is the Atari preset, for ALE ids (ALE/Breakout-v5, ALE/Pong-v5, ...); {env_id!r} is "
+            f"not an ALE env (entry point {entry_point!r})"
+        )
+    given = sorted(set(_ATARI_SETS) & set(env_kwargs))
+    if given:
+        raise ValueError(
+            f"env_kwargs {given} beside env_kwargs['atari']: the preset sets the base env's frameskip (1: it skips "
+            "frames itself), repeat_action_probability and time limit from its options; pass them there, e.g. "
+            "env_kwargs={'atari': {'frame_skip': 4, 'repeat_action_probability': 0.0, 'max_episode_steps': 27000}}"
         )
 
 
