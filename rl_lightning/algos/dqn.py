@@ -83,6 +83,9 @@ class DQNModule(OffPolicyModule):
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
         compile: the update (:func:`dqn_loss`) and a native env's step through ``torch.compile``
             (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments.
+        frame_replay: store each frame of a frame-stack observation (Atari's ``(4, 84, 84)``) once
+            (``FrameStackReplayBuffer``: 1M transitions in ~6.7 GiB, not ~53 GiB); None: wherever the
+            observation is a frame stack; False: the plain ``ReplayBuffer``.
     """
 
     action_kinds = ("discrete",)
@@ -118,6 +121,7 @@ class DQNModule(OffPolicyModule):
         env_backend: str = "auto",
         env_kwargs: dict[str, Any] | None = None,
         compile: bool | dict[str, Any] = False,
+        frame_replay: bool | None = None,
     ):
         super().__init__(
             env_id,
@@ -135,6 +139,7 @@ class DQNModule(OffPolicyModule):
             n_step,
             checkpoint_buffer,
             compile,
+            frame_replay,
         )
         check_float("lr", lr, 0.0, low_open=True)
         if max_grad_norm is not None:

@@ -70,6 +70,7 @@ class ReplaySettings:
     gamma: float
     n_step: int
     checkpoint_buffer: bool
+    frame_replay: bool | None = None
 
 
 class OffPolicyModule(RLModule):
@@ -95,6 +96,9 @@ class OffPolicyModule(RLModule):
         checkpoint_buffer: save the replay buffer in checkpoints (exact resume); without it a resumed
             run refills ``learning_starts`` random transitions.
         compile: the update functions through ``torch.compile`` (``rl_lightning.compiling``).
+        frame_replay: store each frame of a frame-stack observation once (``FrameStackReplayBuffer``: 1M
+            Atari transitions in ~6.7 GiB, not ~53 GiB); None: wherever the observation is a frame stack;
+            False: the plain ``ReplayBuffer`` (obs and next_obs whole).
     """
 
     def __init__(
@@ -114,8 +118,11 @@ class OffPolicyModule(RLModule):
         n_step: int,
         checkpoint_buffer: bool,
         compile: bool | dict[str, Any] = False,
+        frame_replay: bool | None = None,
     ):
         super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile)
+        if frame_replay is not None:
+            check_bool("frame_replay", frame_replay)
         check_buffer_settings(buffer_size, num_envs, n_step, gamma)
         check_int("batch_size", batch_size, 1)
         check_int("learning_starts", learning_starts, 0)
@@ -141,6 +148,7 @@ class OffPolicyModule(RLModule):
             gamma,
             n_step,
             checkpoint_buffer,
+            frame_replay,
         )
         self._update_generator: torch.Generator | None = None
         self._update_generator_state: Tensor | None = None  # from a checkpoint, until the generator exists
@@ -191,6 +199,7 @@ class OffPolicyModule(RLModule):
             n_step=replay.n_step,
             gamma=replay.gamma,
             checkpoint_buffer=replay.checkpoint_buffer,
+            frame_replay=replay.frame_replay,
         )
 
     @property

@@ -11,10 +11,12 @@ exploration function, and each item is one sampled batch.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from rl_lightning._checks import check_float, check_int, check_seed, check_sizes
@@ -26,6 +28,45 @@ from rl_lightning.losses import compute_n_step_returns
 from rl_lightning.nets import masked_logits, rows_without_legal_action
 
 _WARMUP_CHUNK = 256  # vectorised random steps between two checks for a stop request
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on ``device``: the machine's available memory for the CPU
+    (``MemAvailable``), the free memory of a CUDA device; None where it cannot be told."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as file:
+            for line in file:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def format_bytes(nbytes: int) -> str:
+    """``6.71 GiB``, ``13.8 MiB``, ``512 bytes``."""
+    if nbytes >= 2**30:
+        return f"{nbytes / 2**30:.2f} GiB"
+    return f"{nbytes / 2**20:.1f} MiB" if nbytes >= 2**20 else f"{nbytes:,} bytes"
+
+
+def check_fits_in_memory(nbytes: int, device: torch.device, what: str, settings: str) -> None:
+    """A ``ValueError`` with the numbers and ``settings`` (what to change) if ``nbytes`` exceed what
+    ``device`` can still allocate. Checked before allocating: a CPU tensor's zeros are only touched
+    when written, so an oversized buffer would otherwise fail hours into the run, killed by the OS."""
+    available = available_memory(device)
+    if available is not None and nbytes > available:
+        raise ValueError(
+            f"{what} needs {format_bytes(nbytes)} on {device}, which has {format_bytes(available)} available: "
+            f"{settings}"
+        )
 
 
 def check_buffer_settings(buffer_size: int, num_envs: int, n_step: int, gamma: float) -> None:
@@ -159,6 +200,22 @@ class ReplayBuffer:
             gamma=gamma,
         )
 
+    @staticmethod
+    def bytes_needed(
+        buffer_size: int,
+        obs_shape: Sequence[int] | dict[str, Sequence[int]],
+        num_envs: int,
+        action_shape: Sequence[int] = (),
+        obs_dtype: torch.dtype | dict[str, torch.dtype] = torch.float32,
+        n_step: int = 1,
+    ) -> int:
+        """The ``nbytes`` such a buffer allocates, without allocating it."""
+        shapes = obs_shape if isinstance(obs_shape, dict) else {"": obs_shape}
+        dtypes = obs_dtype if isinstance(obs_dtype, dict) else dict.fromkeys(shapes, obs_dtype)
+        obs = sum(math.prod(shape) * torch.empty((), dtype=dtypes[key]).element_size() for key, shape in shapes.items())
+        action = 8 if tuple(action_shape) == () else 4 * math.prod(action_shape)
+        return buffer_size * (2 * obs + action + 4 + 1 + (1 if n_step > 1 else 0))
+
     def __len__(self) -> int:
         return self.size
 
@@ -285,6 +342,53 @@ class ReplayBuffer:
         self.generator.set_state(state["generator"])
 
 
+def make_replay_buffer(
+    envs: VectorEnv, buffer_size: int, seed: int, n_step: int, gamma: float, frame_replay: bool | None = None
+) -> Any:
+    """The replay buffer for ``envs`` (``ReplaySource``'s ``frame_replay``): each frame of a frame-stack
+    observation once, else :class:`ReplayBuffer`; its size logged, and refused if it does not fit in the
+    device's available memory, before anything is allocated."""
+    from rl_lightning.data.frame_replay import FrameStackReplayBuffer, frame_stack_axis  # it imports this module
+
+    axis = frame_stack_axis(envs.obs_shape, envs.obs_dtype)
+    if frame_replay is None:
+        frame_replay = axis is not None
+    elif frame_replay and axis is None:
+        raise ValueError(
+            f"frame_replay=True needs frame-stack observations (uint8 (K, H, W), (H, W, K) or (K, H, W, C) with "
+            f"K >= 2), got {envs.obs_shape} {envs.obs_dtype}: pass frame_replay=None (or False)"
+        )
+    action_shape = () if envs.action_kind == "discrete" else envs.action_shape
+    if frame_replay:
+        cls: Any = FrameStackReplayBuffer
+        nbytes = FrameStackReplayBuffer.bytes_needed(
+            buffer_size, envs.obs_shape, envs.num_envs, action_shape, envs.obs_dtype, n_step, axis
+        )
+        kind = "each frame of the stacks once"
+    else:
+        cls = ReplayBuffer
+        nbytes = ReplayBuffer.bytes_needed(
+            buffer_size, envs.obs_shape, envs.num_envs, action_shape, envs.obs_dtype, n_step
+        )
+        kind = "obs and next_obs whole"
+    what = f"the replay buffer ({buffer_size:,} transitions of {_describe_obs(envs)}, {kind})"
+    check_fits_in_memory(
+        nbytes,
+        envs.device,
+        what,
+        "lower buffer_size"
+        + ("" if frame_replay or axis is None else ", or store each frame once (frame_replay=None or True)"),
+    )
+    rank_zero_info(f"{what[0].upper()}{what[1:]}: {format_bytes(nbytes)} on {envs.device}")
+    return cls.for_env(envs, buffer_size, seed=seed, n_step=n_step, gamma=gamma)
+
+
+def _describe_obs(envs: VectorEnv) -> str:
+    if isinstance(envs.obs_shape, dict):
+        return "dict observations"
+    return f"{tuple(envs.obs_shape)} {str(envs.obs_dtype).removeprefix('torch.')}"
+
+
 def epsilon_greedy(
     q_values: Tensor, epsilon: float, generator: torch.Generator | None = None, action_mask: Tensor | None = None
 ) -> Tensor:
@@ -346,6 +450,12 @@ class ReplaySource(EnvSource):
         world_size: processes each running their own source (``env_steps`` counts them all).
         env_steps: env steps already taken (a resumed run).
         checkpoint_buffer: include the buffer's contents in :meth:`state_dict`.
+        frame_replay: store each frame of a frame-stack observation once
+            (:class:`~rl_lightning.data.frame_replay.FrameStackReplayBuffer`); None: where the observation
+            is a frame stack (``frame_stack_axis``); False: the plain :class:`ReplayBuffer`.
+
+    Before allocating, the buffer's size is logged, and a buffer larger than the device's available memory
+    (RAM or GPU) is a ``ValueError`` with the numbers.
     """
 
     def __init__(
@@ -365,11 +475,12 @@ class ReplaySource(EnvSource):
         world_size: int = 1,
         env_steps: int = 0,
         checkpoint_buffer: bool = True,
+        frame_replay: bool | None = None,
     ):
         super().__init__(envs, seed=seed, world_size=world_size, env_steps=env_steps)
         # The settings were checked where they entered (OffPolicyModule; the buffer's by ReplayBuffer).
         self.explore = explore
-        self.buffer = ReplayBuffer.for_env(envs, buffer_size, seed=buffer_seed, n_step=n_step, gamma=gamma)
+        self.buffer = make_replay_buffer(envs, buffer_size, buffer_seed, n_step, gamma, frame_replay)
         self.batch_size, self.learning_starts, self.num_batches = batch_size, learning_starts, num_batches
         self.train_freq, self.gradient_steps, self.checkpoint_buffer = train_freq, gradient_steps, checkpoint_buffer
         #: This batch's place among its collection's ``gradient_steps`` batches (0: collect first).
@@ -441,7 +552,7 @@ class ReplaySource(EnvSource):
         self._play(num_steps, random_actions=False)
 
     def _play(self, num_steps: int, random_actions: bool) -> None:
-        envs, obs, n_step = self.envs, self.obs, self.buffer.n_step
+        envs, obs = self.envs, self.obs
         for step in range(num_steps):
             if random_actions:  # uniform over the legal actions where the env gives masks
                 mask = obs[ACTION_MASK_KEY] if envs.has_action_mask else None
@@ -456,7 +567,7 @@ class ReplaySource(EnvSource):
             # transition must end in the obs the episode really reached, which the env contract
             # puts in info["final_observation"] for every env (equal to next_obs where no reset).
             final_obs = info["final_observation"]
-            self.buffer.add(obs, actions, rewards, terminated, final_obs, dones if n_step > 1 else None)
+            self.buffer.add(obs, actions, rewards, terminated, final_obs, dones)
             self.episodes.update(*game_steps(rewards, dones, info))
             obs = next_obs
         self._obs = obs

@@ -205,7 +205,7 @@ def test_ppo_and_dqn_update_on_the_preset():
         env_id=BREAKOUT, num_envs=1, buffer_size=500, learning_starts=64, batch_size=8, env_kwargs={"atari": True}
     )
     quiet_fit(dqn, 4)
-    assert dqn.source.buffer.obs.dtype == torch.uint8
+    assert dqn.source.buffer.obs_dtype == torch.uint8 and dqn.source.buffer.sample(2).obs.dtype == torch.uint8
     assert all(torch.isfinite(p).all() for p in dqn.parameters())
 
 
