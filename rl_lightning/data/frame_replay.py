@@ -68,6 +68,25 @@ def _frame_bytes(obs_shape: tuple[int, ...], stack_axis: int, obs_dtype: torch.d
     return math.prod(frame_shape) * torch.empty((), dtype=obs_dtype).element_size()
 
 
+def _rows_differ(a: Tensor, b: Tensor) -> Tensor:
+    """Per row (dim 0): whether ``a`` and ``b`` differ anywhere, bit for bit (uint8 compared 8 bytes at a
+    time where the rows allow: a uint8 reduction is ~3x slower on CPU)."""
+    a, b = a.reshape(len(a), -1), b.reshape(len(b), -1)
+    if a.dtype == torch.float32:
+        a, b = a.view(torch.int32), b.view(torch.int32)
+    elif all(
+        t.shape[1] % 8 == 0 and t.stride(1) == 1 and t.stride(0) % 8 == 0 and t.storage_offset() % 8 == 0
+        for t in (a, b)
+    ):
+        a, b = a.view(torch.int64), b.view(torch.int64)
+    return (a != b).any(dim=1)
+
+
+def _host_mask_is_free(device: torch.device) -> bool:
+    """Whether reading a mask's values on the host costs no device sync."""
+    return device.type == "cpu"
+
+
 def _initial_ends(buffer_size: int, num_envs: int) -> int:
     return max(2 * num_envs, buffer_size // _STEPS_PER_END_RESERVED)
 
@@ -91,10 +110,11 @@ class FrameStackReplayBuffer:
       were reset outside ``step``, e.g. a resumed run's fresh episodes). This store holds one frame
       per ``64`` transitions at first (episodes of 64+ steps fit) and doubles when more are held.
 
-    ``add`` checks every stack against what the buffer rebuilds (one host sync per ``add``): obs
-    continues the previous next_obs, or starts an episode padded as ``padding`` says, and next_obs is
-    obs shifted by one frame; any other stack is a ``ValueError`` naming the env and the ``add``,
-    before anything is written.
+    ``add`` checks every stack against what the buffer rebuilds (one host sync per ``add``, two where
+    an episode starts): obs continues the previous next_obs, or starts an episode padded as ``padding``
+    says, and next_obs is obs shifted by one frame; any other stack is a ``ValueError`` naming the env
+    and the ``add``, before anything is written. The first ``add`` takes any stacks (shifted ones):
+    their older frames are stored behind it.
 
     Args:
         buffer_size: capacity in transitions.
@@ -287,25 +307,27 @@ class FrameStackReplayBuffer:
         dones = dones.to(self.device)
         first = self._added == 0
         envs = self._added + self._env_offsets  # g of each env's transition
-        if first:  # no history: the stacks' older frames go behind the first transitions
-            continued = torch.ones(num_envs, dtype=torch.bool, device=self.device)
+        # First the checks every add needs (one host sync): next_obs shifts obs by a frame, obs is the
+        # stack the buffer rebuilds (none on the first add: its stacks' older frames go behind it).
+        shifts = _rows_differ(next_frames[:, :-1], obs_frames[:, 1:])
+        if first:
+            not_rebuilt = torch.zeros_like(shifts)
         else:
-            continued = self._equal(self._stack_frames(envs, self._tensor(self._next_ages)), obs_frames)
-        older = obs_frames[:, :-1]
-        report = torch.stack(
-            [
-                self._equal(next_frames[:, :-1], obs_frames[:, 1:]),
-                continued,
-                self._equal(older, obs_frames[:, -1:].expand_as(older)),
-                self._equal(older, torch.zeros_like(older)),
-                dones,
-            ]
-        ).tolist()  # the one host sync of an add
-        starts, self.padding = self._check_stacks(report, first)
+            not_rebuilt = _rows_differ(self._stack_frames(envs, self._tensor(self._next_ages)), obs_frames)
+        not_shifted, not_continued, ended_now = torch.stack([shifts, not_rebuilt, dones]).tolist()
+        # Then, where an episode may start (after a done, or obs that is not the continuation), whether
+        # obs is padded with its first frame or with zeros: a second sync, once per episode and env.
+        reset_like = zero_like = [False] * num_envs
+        if not first and (any(not_continued) or 0 in self._next_ages):
+            older = obs_frames[:, :-1]
+            reset_like, zero_like = (
+                ~torch.stack([_rows_differ(older, obs_frames[:, -1:].expand_as(older)), _rows_differ(older, 0 * older)])
+            ).tolist()
+        starts, self.padding = self._check_stacks(not_shifted, not_continued, reset_like, zero_like, first)
         # Checked: from here on the add writes. An env starting an episode without a done before
         # (its envs were reset outside step) had its previous next frame where obs's goes: keep it apart.
         restarted = [env for env in starts if self._next_ages[env] != 0]
-        ended = [env for env in range(num_envs) if report[4][env]]
+        ended = [env for env in range(num_envs) if ended_now[env]]
         self._reserve_ends(len(restarted) + len(ended))
         if restarted:
             index = self._tensor(restarted)
@@ -332,7 +354,7 @@ class FrameStackReplayBuffer:
         self.dones[slots] = dones
         self._ages[slots] = self._tensor(ages).to(torch.uint8)
         self._end_numbers[slots] = end_numbers
-        self._next_ages = [0 if done else min(age + 1, stack - 1) for done, age in zip(report[4], ages, strict=True)]
+        self._next_ages = [0 if done else min(age + 1, stack - 1) for done, age in zip(ended_now, ages, strict=True)]
         self._added += num_envs
 
     def _tensor(self, values: list[int]) -> Tensor:
@@ -345,25 +367,26 @@ class FrameStackReplayBuffer:
         self._ends_added += len(frames)
         return numbers
 
-    @staticmethod
-    def _equal(a: Tensor, b: Tensor) -> Tensor:
-        """Per env (dim 0): whether ``a`` and ``b`` are equal everywhere."""
-        return (a == b).flatten(1).all(dim=1)
-
-    def _check_stacks(self, report: list[list[bool]], first: bool) -> tuple[list[int], str]:
+    def _check_stacks(
+        self,
+        not_shifted: list[bool],
+        not_continued: list[bool],
+        reset_like: list[bool],
+        zero_like: list[bool],
+        first: bool,
+    ) -> tuple[list[int], str]:
         """The envs whose obs starts an episode and the padding (decided where it was ``"auto"``), or a
         ``ValueError`` for a stack the buffer cannot rebuild."""
-        shifted, continued, reset_like, zero_like, _ = report
         padding, starts = self.padding, []
         for env in range(self.num_envs):
             where = f"env {env} at add {self._added // self.num_envs} (add 0 is the buffer's first)"
-            if not shifted[env]:
+            if not_shifted[env]:
                 raise ValueError(
                     f"{where}: next_obs is not obs shifted by one frame along axis {self.stack_axis} (next_obs's "
                     f"frames [:-1] must be obs's [1:]); {_PLAIN_BUFFER}"
                 )
             episode_ended = not first and self._next_ages[env] == 0
-            if first or (continued[env] and not episode_ended):
+            if first or not (not_continued[env] or episode_ended):
                 continue
             if padding == "auto" and reset_like[env] != zero_like[env]:
                 padding = "reset" if reset_like[env] else "zero"  # the first episode start that tells
@@ -439,10 +462,17 @@ class FrameStackReplayBuffer:
         obs = self._stack_frames(first_envs, self._ages.index_select(0, first).long())
         last_ages = self._ages.index_select(0, last).long()
         next_frames = self._stack_frames(last_envs + self.num_envs, (last_ages + 1).clamp(max=self.stack_size - 1))
+        # next_obs's newest frame from the ends store where it is kept apart.
         end_numbers = self._end_numbers.index_select(0, last)
-        kept_apart = self._ends.index_select(0, end_numbers % len(self._ends))
-        newest = (end_numbers >= 0).view(-1, *[1] * len(self.frame_shape))
-        next_frames[:, -1] = torch.where(newest, kept_apart, next_frames[:, -1])
+        apart = end_numbers >= 0
+        if _host_mask_is_free(self.device):  # a few rows: gather those (torch.where is slow on uint8 on CPU)
+            rows = apart.nonzero().squeeze(1)
+            kept = self._ends.index_select(0, end_numbers.index_select(0, rows) % len(self._ends))
+            next_frames[rows, -1] = kept
+        else:  # no host sync on an accelerator
+            kept = self._ends.index_select(0, end_numbers % len(self._ends))
+            newest = next_frames[:, -1]
+            next_frames[:, -1] = torch.where(apart.view(-1, *[1] * len(self.frame_shape)), kept, newest)
         return ReplayBufferSamples(
             self._as_obs(obs),
             self.actions.index_select(0, first),

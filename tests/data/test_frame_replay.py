@@ -298,3 +298,32 @@ def test_breakout_frame_stacks_sample_as_the_plain_buffer(padding, n_step):
         assert frame_buffer.nbytes < plain.nbytes / 6
     finally:
         envs.close()
+
+
+@pytest.mark.parametrize("frame_shape", [(8, 8), (6, 7)])  # rows compared 8 bytes at a time, and byte by byte
+def test_one_byte_off_is_refused(frame_shape):
+    envs = _FakeFrameStacks(2, 4, frame_shape, 0, "reset", min_length=20, max_length=30)
+    buffer = FrameStackReplayBuffer(20, (4, *frame_shape), 2)
+    obs = _play(envs, [buffer], envs.reset(), 3)
+    _, actions, rewards, terminated, final_obs, dones = envs.step()
+    bad_obs, bad_final = obs.clone(), final_obs.clone()
+    bad_obs[1, 0, -1, -1] += 1  # the oldest frame's last byte
+    with pytest.raises(ValueError, match=r"env 1 at add 3 .*not the previous next_obs"):
+        buffer.add(bad_obs, actions, rewards, terminated, final_obs, dones)
+    bad_final[0, 2, 3, 1] += 1
+    with pytest.raises(ValueError, match=r"env 0 at add 3 .*not obs shifted by one frame"):
+        buffer.add(obs, actions, rewards, terminated, bad_final, dones)
+    buffer.add(obs, actions, rewards, terminated, final_obs, dones)
+    assert len(buffer) == 8
+
+
+def test_the_accelerator_path_samples_the_same(monkeypatch):
+    """On an accelerator the newest next frames are picked with torch.where (no host sync); here on CPU."""
+    import rl_lightning.data.frame_replay as frame_replay
+
+    envs = _FakeFrameStacks(3, 4, (6, 7), 0, "zero", seed=2)
+    frame_buffer, plain = _buffers((4, 6, 7), 3, 3, 0, "auto")
+    _play(envs, [frame_buffer, plain], envs.reset(), 50)
+    monkeypatch.setattr(frame_replay, "_host_mask_is_free", lambda device: False)
+    for _ in range(5):
+        _assert_one_episode(_assert_same_samples(frame_buffer, plain, 256), 0, 3)
