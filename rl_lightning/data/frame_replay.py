@@ -33,7 +33,7 @@ PADDINGS = ("auto", "reset", "zero")
 _STEPS_PER_END_RESERVED = 64
 _PLAIN_BUFFER = (
     "FrameStackReplayBuffer keeps one frame per step and rebuilds the stacks, so it needs stacks that shift "
-    "by one frame per step; store whole observations in the plain ReplayBuffer instead (frame_stack=False)"
+    "by one frame per step; store whole observations in the plain ReplayBuffer instead (frame_replay=False)"
 )
 
 

@@ -138,8 +138,8 @@ class GameScore(gym.Wrapper):
     ``terminal_on_life_loss`` a lost life ends the training episode (``terminated``) and the next
     ``reset`` goes on with the same game (one no-op step), as SB3's ``EpisodicLifeEnv`` does; only at
     a game over does ``reset`` start a new game. With ``fire_reset``, for a game whose action 1 is
-    FIRE, FIRE is pressed when a game starts and after each lost life (a policy that never learnt to
-    press it would otherwise stand still until the time limit).
+    FIRE, FIRE is pressed (for two steps, see :meth:`_fire`) when a game starts and after each lost life
+    (a policy that never learnt to press it would otherwise stand still until the time limit).
 
     Args:
         env: an ALE env (with ``AtariPreprocessing`` or not): ``info["lives"]`` is read.
@@ -168,10 +168,13 @@ class GameScore(gym.Wrapper):
         return obs, info
 
     def _fire(self, obs: Any, info: dict[str, Any], reset_kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        """Press FIRE once (a new game, or a new life); a game that ends on it starts again."""
-        obs, _, terminated, truncated, info = self.env.step(1)
-        if terminated or truncated:
-            obs, info = self.env.reset(**reset_kwargs)
+        """Press FIRE for two steps (a new game, or a new life); a game that ends on it starts again. Two: with
+        sticky actions (ALE v5's 0.25) all 4 frames of one FIRE step repeat the previous NOOP with probability
+        0.25**4 (one life loss in 256), and the game then waits for a FIRE that a greedy policy may never press."""
+        for _ in range(2):
+            obs, _, terminated, truncated, info = self.env.step(1)
+            if terminated or truncated:
+                obs, info = self.env.reset(**reset_kwargs)
         self.lives = int(info.get("lives", self.lives))
         return obs, info
 
@@ -185,11 +188,13 @@ class GameScore(gym.Wrapper):
         if lost and not self.game_over:
             if self.terminal_on_life_loss:
                 terminated = True
-            elif self.fire:  # the game goes on within the training episode: launch the next ball
-                obs, fire_reward, fire_terminated, fire_truncated, info = self.env.step(1)
-                reward, game_reward = float(reward) + float(fire_reward), game_reward + float(fire_reward)
-                terminated, truncated = fire_terminated, fire_truncated
-                self.game_over = bool(terminated or truncated)
+            elif self.fire:  # the game goes on within the training episode: launch the next ball (two FIREs)
+                for _ in range(2):
+                    obs, fire_reward, terminated, truncated, info = self.env.step(1)
+                    reward, game_reward = float(reward) + float(fire_reward), game_reward + float(fire_reward)
+                    self.game_over = bool(terminated or truncated)
+                    if self.game_over:
+                        break
                 self.lives = int(info.get("lives", self.lives))
         info = {**info, GAME_REWARD_KEY: game_reward, GAME_OVER_KEY: self.game_over}
         return obs, reward, terminated, truncated, info

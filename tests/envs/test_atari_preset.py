@@ -60,33 +60,33 @@ def play(env: gym.Env, steps: int) -> list[tuple[float, bool, float, bool]]:
 
 
 def test_life_loss_ends_the_training_episode_but_not_the_game_nor_its_score():
-    base = FakeAtari(lives=3, life_steps=4)
+    base = FakeAtari(lives=3, life_steps=6)
     env = ClipReward(GameScore(base, terminal_on_life_loss=True, fire_reset=True))
-    # The fake's step 1 is the FIRE of the first reset; lives are lost at its steps 4 and 8 (each training
-    # episode's reset then no-ops and FIREs: two of its steps) and 12, the game over.
-    steps = play(env, 9)
+    # The fake's steps 1-2 are the first reset's two FIREs; lives are lost at its steps 6 and 12 (each
+    # training episode's reset then no-ops and FIREs twice: three of its steps) and 18, the game over.
+    steps = play(env, 13)
     rewards, ends, game_rewards, game_overs = (list(column) for column in zip(*steps, strict=True))
-    assert rewards == [1.0] * 9  # clipped for training
-    assert game_rewards == [7.0] * 9  # the game's own reward
+    assert rewards == [1.0] * 13  # clipped for training
+    assert game_rewards == [7.0] * 13  # the game's own reward
     # Training episodes end at each lost life; the game (one reset of the base env) only at the last one.
-    assert ends == [False, False, True, False, True, False, True, False, False]
-    assert game_overs == [False, False, False, False, False, False, True, False, False]
+    assert [i for i, end in enumerate(ends) if end] == [3, 6, 9]
+    assert [i for i, over in enumerate(game_overs) if over] == [9]
     assert base.resets == 2  # the first game and the one after the game over, not one per life
-    # FIRE after the game's reset, and after each lost life's no-op (action 0, then 1).
-    assert base.actions[:2] == [1, 0]
-    assert base.actions[4:6] == [0, 1]
+    # Two FIREs after the game's reset, a no-op and two FIREs after each lost life.
+    assert base.actions[:3] == [1, 1, 0]
+    assert base.actions[6:10] == [0, 1, 1, 0]
 
 
 def test_without_life_loss_fire_launches_the_next_life_inside_the_episode():
-    base = FakeAtari(lives=2, life_steps=3)
+    base = FakeAtari(lives=2, life_steps=4)
     env = GameScore(base, terminal_on_life_loss=False, fire_reset=True)
     steps = play(env, 4)
-    # Step 2 (the fake's 3rd, after the reset's FIRE) loses a life: FIRE is pressed at once within the same
-    # step, and its reward counts too (7 + 7).
-    assert [s[2] for s in steps] == [7.0, 14.0, 7.0, 7.0]
+    # Step 2 (the fake's 4th, after the reset's two FIREs) loses a life: FIRE is pressed twice at once
+    # within the same step, and their rewards count too (7 + 7 + 7).
+    assert [s[2] for s in steps] == [7.0, 21.0, 7.0, 7.0]
     assert [s[1] for s in steps] == [False, False, False, True]  # the episode is the whole game
     assert [s[3] for s in steps] == [False, False, False, True]
-    assert base.actions == [1, 0, 0, 1, 0, 0, 1]  # and the next game's FIRE
+    assert base.actions == [1, 1, 0, 0, 1, 1, 0, 0, 1, 1]  # and the next game's FIREs
 
 
 def test_no_fire_for_a_game_without_it_and_when_switched_off():
