@@ -13,7 +13,7 @@ from rl_lightning.cli import main, make_cli
 ROOT = Path(__file__).resolve().parents[1]
 VPG_CONFIG = ROOT / "configs" / "vpg_cartpole.yaml"
 DQN_CONFIG = ROOT / "configs" / "dqn_cartpole.yaml"
-PPO_CONFIGS = sorted((ROOT / "configs").glob("ppo_*.yaml"))
+PPO_CONFIGS = sorted(path for path in (ROOT / "configs").glob("ppo_*.yaml") if "atari" not in path.stem)
 # 2 optimizer steps of 8 envs x 20 steps: a second or two.
 TINY_VPG = [
     "--trainer.max_steps=2",
@@ -359,3 +359,41 @@ def test_rl_lightning_fit_takes_sac_by_its_short_name(tmp_path):
         ]
     )
     assert cli.model.hparams.env_id == "Pendulum-v1" and cli.trainer.global_step == 3
+
+
+@pytest.mark.parametrize("config_name", ["ppo_atari", "dqn_atari"])
+def test_the_atari_configs_fit_any_ale_id(config_name, tmp_path):
+    """configs/{ppo,dqn}_atari.yaml with another ALE id, as the README shows (`--model.env_id ALE/Pong-v5`):
+    the preset's uint8 (4, 84, 84) stacks and a few updates (games cut at 100 steps: the evaluations stay short)."""
+    pytest.importorskip("ale_py")
+    preset = '{"atari": {"terminal_on_life_loss": true, "repeat_action_probability": 0.0, "max_episode_steps": 100}}'
+    small = (
+        ["--model.init_args.num_steps_per_rollout=16", "--total_env_steps=256"]
+        if config_name == "ppo_atari"
+        else [
+            "--model.init_args.buffer_size=2000",
+            "--model.init_args.learning_starts=400",
+            "--model.init_args.steps_per_epoch=25",
+            "--total_env_steps=600",
+        ]
+    )
+    cli = make_cli(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs" / f"{config_name}.yaml"),
+            "--model.env_id",
+            "ALE/Pong-v5",
+            "--model.init_args.env_kwargs",
+            preset,
+            *small,
+            "--trainer.enable_progress_bar=false",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+        ]
+    )
+    assert cli.model.hparams.env_id == "ALE/Pong-v5"
+    assert cli.model.hparams.env_kwargs["atari"]["max_episode_steps"] == 100
+    assert cli.model.obs_shape == (4, 84, 84) and cli.model.source.envs.obs_dtype == torch.uint8
+    assert cli.model.env_steps >= (256 if config_name == "ppo_atari" else 600)
+    assert cli.trainer.global_step > 0
