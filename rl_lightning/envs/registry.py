@@ -1,7 +1,9 @@
 """Env ids -> vector-env constructors: ``make_envs`` and ``register``.
 
 ``make_envs`` builds a native torch env where one is registered here, and otherwise any
-gymnasium id through :class:`~rl_lightning.envs.gym_adapter.GymnasiumVectorEnv`.
+gymnasium id through :class:`~rl_lightning.envs.gym_adapter.GymnasiumVectorEnv`; on request the
+C++ vector envs of EnvPool (:class:`~rl_lightning.envs.envpool_adapter.EnvPoolVectorEnv`) and
+ale-py (:class:`~rl_lightning.envs.ale_vector.AleVectorEnv`).
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ from typing import Any
 import torch
 
 from rl_lightning._checks import check_bool, check_choice, check_device, check_float, check_str
+from rl_lightning.envs.ale_vector import AleVectorEnv
 from rl_lightning.envs.base import VectorEnv
+from rl_lightning.envs.envpool_adapter import EnvPoolVectorEnv
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv, gymnasium_spec
 
 EnvFactory = Callable[..., VectorEnv]
 _REGISTRY: dict[str, EnvFactory] = {}
 _SOLVED_RETURNS: dict[str, float] = {}
-BACKENDS = ("auto", "torch", "gymnasium")
+BACKENDS = ("auto", "torch", "gymnasium", "envpool", "ale_vector")
+#: The backends over C++ vector envs, by name.
+_POOLED_BACKENDS = {"envpool": EnvPoolVectorEnv, "ale_vector": AleVectorEnv}
 
 
 def register(env_id: str, factory: EnvFactory, *, overwrite: bool = False, solved_return: float | None = None) -> None:
@@ -98,12 +104,18 @@ def make_envs(
         env_id: a registered native id (``registered_env_ids()``) or any gymnasium id.
         backend: ``"auto"``: the native torch env where one is registered, else gymnasium's
             through :class:`GymnasiumVectorEnv`; ``"torch"``: native only; ``"gymnasium"``:
-            the adapter even for an id that has a native env (e.g. to compare the two).
+            the adapter even for an id that has a native env (e.g. to compare the two);
+            ``"envpool"``: EnvPool's C++ envs (:class:`EnvPoolVectorEnv`: Atari ids, always with the
+            Atari preset, and MuJoCo ids); ``"ale_vector"``: ale-py's C++ vector env
+            (:class:`AleVectorEnv`: Atari ids, always with the preset).
         compile: run a native env's dynamics through ``torch.compile`` (the classic-control envs,
             whose factories take ``compile``; see
             :class:`~rl_lightning.envs._classic_control.ClassicControlEnv`).
-        **gym_kwargs: for the gymnasium adapter only: ``vectorization_mode``, ``render`` and
-            the env's own keyword arguments (see :class:`GymnasiumVectorEnv`).
+        **gym_kwargs: for the gymnasium adapter: ``vectorization_mode``, ``render``, ``atari`` (the
+            Atari preset) and the env's own keyword arguments (see :class:`GymnasiumVectorEnv`); for
+            ``"envpool"``: ``atari``, ``render`` and EnvPool's own arguments (``num_threads``, ...); for
+            ``"ale_vector"``: ``atari`` and ale-py's ``num_threads``, ``thread_affinity_offset``,
+            ``full_action_space``.
 
     Raises:
         ValueError: for an id that is neither native nor gymnasium's, a bad ``backend``, a
@@ -115,6 +127,13 @@ def make_envs(
     check_choice("backend", backend, BACKENDS)
     device = check_device("device", device)
     check_bool("compile", compile)
+    if backend in _POOLED_BACKENDS:
+        if compile:
+            raise ValueError(
+                f"compile=True applies to native torch envs only (a torch.compile of their dynamics), not to "
+                f"backend={backend!r}'s C++ envs; pass compile=False"
+            )
+        return _POOLED_BACKENDS[backend](env_id, num_envs, seed=seed, device=device, **gym_kwargs)
     if backend != "gymnasium" and env_id in _REGISTRY:
         if gym_kwargs:
             raise TypeError(
