@@ -4,7 +4,9 @@ from rl_lightning.algos import DQNModule, OffPolicyModule, PPOModule, RLModule, 
 from rl_lightning.callbacks.evaluation import EvalResult, evaluate_policy
 from rl_lightning.envs import (
     Acrobot,
+    AleVectorEnv,
     CartPole,
+    EnvPoolVectorEnv,
     GymnasiumVectorEnv,
     MountainCar,
     MountainCarContinuous,
@@ -21,8 +23,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Acrobot",
+    "AleVectorEnv",
     "CartPole",
     "DQNModule",
+    "EnvPoolVectorEnv",
     "EvalResult",
     "GreedyPlay",
     "GymnasiumVectorEnv",

@@ -67,7 +67,8 @@ class RLModule(L.LightningModule):
         seed: seeds everything: network init (the same on every rank), the envs (rank r's with
             ``seed + r * num_envs``) and the other named streams (``rl_lightning.seeding``).
         env_backend: ``"auto"`` (the native torch env where there is one, else gymnasium's through
-            the adapter), ``"torch"`` or ``"gymnasium"`` (the adapter even for a native id).
+            the adapter), ``"torch"``, ``"gymnasium"`` (the adapter even for a native id), ``"envpool"`` or
+            ``"ale_vector"`` (Atari and EnvPool's MuJoCo tasks in C++: ``EnvPoolVectorEnv``, ``AleVectorEnv``).
         env_kwargs: passed to gymnasium envs (``make_envs``), e.g. ``{"vectorization_mode": "async"}``.
         compile: run the update functions through ``torch.compile`` (``rl_lightning.compiling``), and a
             native env's step too; a dict gives ``torch.compile``'s arguments (``{"mode": "max-autotune"}``).
@@ -107,6 +108,8 @@ class RLModule(L.LightningModule):
             raise TypeError(f"env_kwargs must be a dict or None, got {type(env_kwargs).__name__}")
         self._env_options = {"backend": env_backend, **(env_kwargs or {})}
         self._gymnasium_env = env_backend == "gymnasium" or (env_backend == "auto" and not is_native_env_id(env_id))
+        #: Whether ``make_envs(render=True)`` builds envs that render their own frames (gymnasium's, EnvPool's).
+        self._renders_frames = self._gymnasium_env or env_backend == "envpool"
         # A one-copy instance of the env gives its spaces (and checks env_id); no env is kept, so
         # the module pickles (ddp_spawn) whatever the env holds.
         spec_env = make_envs(env_id, num_envs=1, seed=seed, **self._env_options)
@@ -221,7 +224,7 @@ class RLModule(L.LightningModule):
         """A fresh instance of the module's env with ``num_envs`` copies on its device; ``render``
         builds a gymnasium env able to ``render()`` its frames (native envs ``draw`` any obs); ``compile``
         runs a native env's dynamics through ``torch.compile`` (the training envs of ``compile=True``)."""
-        options = {**self._env_options, "render": True} if render and self._gymnasium_env else self._env_options
+        options = {**self._env_options, "render": True} if render and self._renders_frames else self._env_options
         if compile:
             options = {**options, "compile": True}
         return make_envs(self.hparams.env_id, num_envs, seed=seed, device=self.device, **options)

@@ -67,7 +67,8 @@ class VPGModule(RLModule):
             an MLP of ``hidden_sizes`` (a CNN for image observations). Not saved in checkpoints'
             hyper-parameters: pass it again to ``load_from_checkpoint``.
         env_backend: ``"auto"`` (native torch env where there is one, else gymnasium's),
-            ``"torch"``, or ``"gymnasium"`` (the adapter, also for a native id).
+            ``"torch"``, ``"gymnasium"`` (the adapter, also for a native id), ``"envpool"`` or ``"ale_vector"``
+            (Atari and EnvPool's MuJoCo tasks in C++: ``EnvPoolVectorEnv``, ``AleVectorEnv``).
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
         compile: the update (:func:`vpg_loss`, forward and backward) and, on CUDA, the acting step through
             ``torch.compile`` (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments

@@ -1,6 +1,7 @@
 """Data sources: rollouts (VPG) and replay (DQN) as torch IterableDatasets that step their envs."""
 
 from rl_lightning.data.episodes import EpisodeTracker
+from rl_lightning.data.frame_replay import FrameStackReplayBuffer
 from rl_lightning.data.replay import ReplayBuffer, ReplayBufferSamples, ReplaySource, epsilon_greedy
 from rl_lightning.data.rollout import Rollout, RolloutSource, RolloutTensors
 from rl_lightning.data.source import EnvSource
@@ -8,6 +9,7 @@ from rl_lightning.data.source import EnvSource
 __all__ = [
     "EnvSource",
     "EpisodeTracker",
+    "FrameStackReplayBuffer",
     "ReplayBuffer",
     "ReplayBufferSamples",
     "ReplaySource",

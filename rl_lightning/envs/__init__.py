@@ -5,8 +5,10 @@ import warnings
 import torch
 
 from rl_lightning.envs.acrobot import Acrobot
+from rl_lightning.envs.ale_vector import AleVectorEnv
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.cartpole import CartPole, CartPoleNoVel
+from rl_lightning.envs.envpool_adapter import EnvPoolVectorEnv
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
 from rl_lightning.envs.mountain_car import MountainCar, MountainCarContinuous
 from rl_lightning.envs.pendulum import Pendulum
@@ -53,11 +55,13 @@ register("MaskedProbe-v0", MaskedProbe)
 
 __all__ = [
     "Acrobot",
+    "AleVectorEnv",
     "CartPole",
     "CartPoleNoVel",
     "ContinuousProbe1",
     "ContinuousProbe2",
     "DictProbe",
+    "EnvPoolVectorEnv",
     "GymnasiumVectorEnv",
     "ImageProbe5",
     "MaskedProbe",

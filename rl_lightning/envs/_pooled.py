@@ -29,11 +29,6 @@ def pool_seed(seed: int, num_envs: int) -> int:
     return seed % (_INT32_SEEDS - num_envs)
 
 
-#: Steps of FIRE the Atari preset presses at a game's (or a life's) start: two, as gymnasium's preset
-#: (``GameScore``), since sticky actions swallow a single FIRE step once in 256.
-FIRE_STEPS = 2
-
-
 def fire_index(actions: list[Any]) -> int | None:
     """The index of FIRE in a game's (minimal) action set where the game needs it to start and to go on
     after a lost life (Breakout's ball), as the preset's ``fire_reset`` reads it: action 1 is FIRE

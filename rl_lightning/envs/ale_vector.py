@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 
 from rl_lightning._checks import check_int, check_str
-from rl_lightning.envs._pooled import FIRE_STEPS, PooledVectorEnv, fire_index, lost_lives
-from rl_lightning.envs.atari import atari_options
+from rl_lightning.envs._pooled import PooledVectorEnv, fire_index, lost_lives
+from rl_lightning.envs.atari import FIRE_STEPS, atari_options
 
 #: ale-py's vector-env arguments that may be passed through (the others are the preset's or set here).
 _PASSED = ("num_threads", "thread_affinity_offset", "full_action_space")

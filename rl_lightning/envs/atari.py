@@ -35,6 +35,8 @@ from rl_lightning._checks import check_bool, check_float, check_int
 
 #: The info keys of a preset env: the unclipped reward of the step, and whether the whole game ended.
 GAME_REWARD_KEY, GAME_OVER_KEY = "game_reward", "game_over"
+#: FIRE steps at a game's start and after a lost life (``GameScore._fire``: sticky actions swallow one now and then).
+FIRE_STEPS = 2
 
 #: The preset's options and their defaults (CleanRL's and SB3's pipeline, ALE v5's sticky actions).
 ATARI_DEFAULTS: dict[str, Any] = {
@@ -171,7 +173,7 @@ class GameScore(gym.Wrapper):
         """Press FIRE for two steps (a new game, or a new life); a game that ends on it starts again. Two: with
         sticky actions (ALE v5's 0.25) all 4 frames of one FIRE step repeat the previous NOOP with probability
         0.25**4 (one life loss in 256), and the game then waits for a FIRE that a greedy policy may never press."""
-        for _ in range(2):
+        for _ in range(FIRE_STEPS):
             obs, _, terminated, truncated, info = self.env.step(1)
             if terminated or truncated:
                 obs, info = self.env.reset(**reset_kwargs)
@@ -189,7 +191,7 @@ class GameScore(gym.Wrapper):
             if self.terminal_on_life_loss:
                 terminated = True
             elif self.fire:  # the game goes on within the training episode: launch the next ball (two FIREs)
-                for _ in range(2):
+                for _ in range(FIRE_STEPS):
                     obs, fire_reward, terminated, truncated, info = self.env.step(1)
                     reward, game_reward = float(reward) + float(fire_reward), game_reward + float(fire_reward)
                     self.game_over = bool(terminated or truncated)

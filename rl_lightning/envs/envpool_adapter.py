@@ -30,8 +30,8 @@ import torch
 from torch import Tensor
 
 from rl_lightning._checks import check_bool, check_int, check_seed, check_str
-from rl_lightning.envs._pooled import FIRE_STEPS, PooledVectorEnv, fire_index, lost_lives, pool_seed
-from rl_lightning.envs.atari import atari_options
+from rl_lightning.envs._pooled import PooledVectorEnv, fire_index, lost_lives, pool_seed
+from rl_lightning.envs.atari import FIRE_STEPS, atari_options
 from rl_lightning.envs.spaces import float32_bounds
 
 #: EnvPool's task families this backend wraps: its module -> our name.
