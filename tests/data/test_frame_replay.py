@@ -207,7 +207,7 @@ def test_obs_that_does_not_continue_its_episode_is_refused():
     _, actions, rewards, terminated, final_obs, dones = envs.step()
     mixed, mixed_final = obs.clone(), final_obs.clone()
     mixed[1], mixed_final[1] = obs[0], final_obs[0]  # env 1 given env 0's stacks: shifted, but not its own
-    with pytest.raises(ValueError, match=r"env 1 at add 3 .*not the previous next_obs.*frame_stack=False"):
+    with pytest.raises(ValueError, match=r"env 1 at add 3 .*not the previous next_obs.*frame_replay=False"):
         buffer.add(mixed, actions, rewards, terminated, mixed_final, dones)
     assert len(buffer) == 6 and buffer.pos == 6
     buffer.add(obs, actions, rewards, terminated, final_obs, dones)  # the right stacks are still taken
