@@ -69,6 +69,12 @@ ZOO = {
 }
 
 
+#: DQN's schedule at the budget that fits here, the same for both libraries: the references' settings are for 10M
+#: steps (epsilon decays over the first 1M, learning starts at 80k-100k); over a few hundred thousand steps the
+#: same fractions would leave epsilon at its floor before the first update.
+DQN_SHORT_RUN = {"learning_starts": 20_000, "exploration_fraction": 0.3}
+
+
 def machine() -> str:
     try:
         model = next(
@@ -121,7 +127,7 @@ def run_ours(algo: str, seed: int, env_steps: int, env_id: str, recorder: Record
     from rl_lightning.callbacks import EnvStepBudget
 
     config = yaml.safe_load(CONFIGS[algo].read_text())["model"]["init_args"]
-    config.update(env_id=env_id, seed=seed)
+    config.update(env_id=env_id, seed=seed, **(DQN_SHORT_RUN if algo == "dqn" else {}))
     module = (PPOModule if algo == "ppo" else DQNModule)(**config)
 
     class Games(L.Callback):
@@ -188,6 +194,7 @@ def run_sb3(algo: str, seed: int, env_steps: int, env_id: str, recorder: Recorde
         model = PPO("CnnPolicy", envs, seed=seed, device="cpu", **settings)
     else:
         total = env_steps
+        settings.update(DQN_SHORT_RUN)
         model = DQN("CnnPolicy", envs, seed=seed, device="cpu", **settings)
     model.learn(total_timesteps=total, callback=Games())
     return model.num_timesteps
