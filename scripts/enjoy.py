@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rl_lightning import algos
 from rl_lightning.checkpoints import CHECKPOINT_KEY, load_checkpoint_file
-from rl_lightning.envs.registry import is_native_env_id, make_envs
+from rl_lightning.envs.registry import BACKENDS, is_native_env_id, make_envs
 from rl_lightning.playing import play_greedy
 from rl_lightning.video import encode_mp4
 
@@ -45,13 +45,14 @@ def play(module, episodes: int, seed: int, backend: str, video: Path | None, max
     env_kwargs = dict(module.hparams.get("env_kwargs") or {})
     if backend == "auto":
         backend = module.hparams.get("env_backend", "auto")
-    gymnasium = backend == "gymnasium" or not is_native_env_id(env_id)
-    if env_kwargs and not gymnasium:
+    native = backend == "torch" or (backend == "auto" and is_native_env_id(env_id))
+    if env_kwargs and native:
         raise ValueError(
             f"the checkpoint was trained with env_kwargs {env_kwargs} (gymnasium's env), which the native torch "
             f"env {env_id} cannot take: play it with --backend gymnasium"
         )
-    options = {**env_kwargs, **({"render": True} if gymnasium and video else {})}
+    renders = not native and backend != "ale_vector"  # gymnasium's and EnvPool's envs render their frames
+    options = {**env_kwargs, **({"render": True} if renders and video else {})}
     envs = make_envs(env_id, 1, seed=seed, backend=backend, **options)
     if video is not None and not (envs.can_draw or envs.can_render):
         raise ValueError(f"{env_id} can neither draw its observations nor render: no video")
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt_path", required=True, help="a checkpoint of an rl_lightning module")
     parser.add_argument("--env_id", default=None, help="play on this env instead of the checkpoint's")
-    parser.add_argument("--backend", default="auto", choices=("auto", "torch", "gymnasium"), help="(default: auto)")
+    parser.add_argument("--backend", default="auto", choices=BACKENDS, help="(default: auto: the checkpoint's)")
     parser.add_argument("--episodes", type=int, default=3, help="greedy episodes to play (default: 3)")
     parser.add_argument("--seed", type=int, default=0, help="the env's seed (default: 0)")
     parser.add_argument("--max_episode_steps", type=int, default=100_000, help="cap for envs without a time limit")
