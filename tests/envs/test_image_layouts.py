@@ -164,15 +164,14 @@ def test_ppo_trains_one_step_on_the_issues_frame_stack():
 
 @pytest.mark.parametrize("shape", [(4, 84, 84), (2, 20, 20, 3)], ids=["chw-stack", "rgb-stack"])
 def test_dqn_replay_stores_frame_stacks_as_uint8(shape):
-    module = DQNModule(
-        env_id=_env_id(shape),
-        num_envs=2,
-        buffer_size=16,
-        batch_size=4,
-        learning_starts=4,
-        steps_per_epoch=2,
-        seed=0,
+    settings = dict(
+        env_id=_env_id(shape), num_envs=2, buffer_size=16, batch_size=4, learning_starts=4, steps_per_epoch=2
     )
+    # This env's "stacks" are random pixels, not frames shifting by one per step: the frame-once buffer (the default
+    # for a frame-stack shape) refuses them at the first add rather than storing them wrong.
+    with pytest.raises(ValueError, match=r"env 0 at add 0 .*not obs shifted by one frame.*frame_replay=False"):
+        quiet_fit(DQNModule(**settings, seed=0), max_steps=2)
+    module = DQNModule(**settings, seed=0, frame_replay=False)
     quiet_fit(module, max_steps=2)
     buffer = module.source.buffer
     assert len(buffer) > 0
