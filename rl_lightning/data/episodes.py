@@ -7,13 +7,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from rl_lightning.envs.atari import GAME_OVER_KEY, GAME_REWARD_KEY
+
 
 def game_steps(rewards: Tensor, dones: Tensor, info: dict[str, Any]) -> tuple[Tensor, Tensor]:
     """What the episode statistics count of a step: the rewards and episode ends (terminated |
     truncated), or where the env gives them (the Atari preset, ``rl_lightning.envs.atari``) the game's
     own unclipped rewards and game ends, ``info["game_reward"]`` / ``info["game_over"]``: the real game
     score over full games, as CleanRL and SB3 report it."""
-    return info.get("game_reward", rewards), info.get("game_over", dones)
+    return info.get(GAME_REWARD_KEY, rewards), info.get(GAME_OVER_KEY, dones)
 
 
 class EpisodeTracker:
