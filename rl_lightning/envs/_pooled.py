@@ -10,7 +10,6 @@ same-step autoreset in its own ``_step``.
 from __future__ import annotations
 
 import contextlib
-import warnings
 from typing import Any
 
 import numpy as np
@@ -158,17 +157,7 @@ class PooledVectorEnv(VectorEnv):
         Raises:
             ValueError: if the state comes from another env type, env id or ``num_envs``.
         """
-        if state.get("env_id") != self.env_id:
-            raise ValueError(f"state is for env id {state.get('env_id')!r}, this env is {self.env_id!r}")
-        super().load_state_dict(state)
-        warnings.warn(
-            f"{type(self).__name__}({self.env_id!r}) cannot restore the saved state of {self.backend_name}'s envs: "
-            "every env restarts with a fresh reset",
-            UserWarning,
-            stacklevel=2,
-        )
-        self.seed(int(torch.randint(0, 2**62, (1,), generator=self.generator).item()))
-        self._reset_all()
+        self._restart_fresh(state, f"{self.backend_name}'s envs")
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):

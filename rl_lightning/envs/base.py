@@ -28,6 +28,7 @@ and steps them all in lock-step:
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -271,6 +272,27 @@ class VectorEnv:
         for name in self._state_attributes:
             value = state[name]
             setattr(self, name, value.to(self.device).clone() if isinstance(value, Tensor) else value)
+
+    def _restart_fresh(self, state: dict[str, Any], whose: str) -> None:
+        """``load_state_dict`` of an env that cannot save its envs' internal state (``restorable = False``):
+        restore the private generator, warn that ``whose`` envs restart, and reset every env fresh (seeded from
+        the restored generator).
+
+        Raises:
+            ValueError: if the state comes from another env type, env id (``state["env_id"]``) or ``num_envs``.
+        """
+        env_id = getattr(self, "env_id", None)
+        if state.get("env_id") != env_id:
+            raise ValueError(f"state is for env id {state.get('env_id')!r}, this env is {env_id!r}")
+        VectorEnv.load_state_dict(self, state)
+        warnings.warn(
+            f"{type(self).__name__}({env_id!r}) cannot restore the saved state of {whose}: every env restarts "
+            "with a fresh reset",
+            UserWarning,
+            stacklevel=3,
+        )
+        self.seed(int(torch.randint(0, 2**62, (1,), generator=self.generator).item()))
+        self._reset_all()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(num_envs={self.num_envs}, device={self.device})"

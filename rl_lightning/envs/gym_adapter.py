@@ -651,17 +651,7 @@ class GymnasiumVectorEnv(VectorEnv):
         Raises:
             ValueError: if the state comes from another env type, env id or ``num_envs``.
         """
-        if state.get("env_id") != self.env_id:
-            raise ValueError(f"state is for env id {state.get('env_id')!r}, this env is {self.env_id!r}")
-        super().load_state_dict(state)
-        warnings.warn(
-            f"GymnasiumVectorEnv({self.env_id!r}) cannot restore the saved state of gymnasium envs: "
-            "every env restarts with a fresh reset",
-            UserWarning,
-            stacklevel=2,
-        )
-        self.seed(int(torch.randint(0, 2**62, (1,), generator=self.generator).item()))
-        self._reset_all()
+        self._restart_fresh(state, "gymnasium envs")
 
     def __repr__(self) -> str:
         return (
