@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from rl_lightning._checks import check_choice, check_int, check_seed, check_sizes
-from rl_lightning.data.replay import ReplayBufferSamples, check_buffer_settings
+from rl_lightning.data.replay import ReplayBufferSamples, check_buffer_settings, lazy_zeros
 from rl_lightning.envs.base import VectorEnv, resolve_device
 from rl_lightning.envs.spaces import MAX_IMAGE_CHANNELS, image_layout
 from rl_lightning.losses import compute_n_step_returns
@@ -170,7 +170,7 @@ class FrameStackReplayBuffer:
         self._num_frames = buffer_size + self.stack_size * num_envs
 
         def zeros(rows: int, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
-            return torch.zeros((rows, *shape), dtype=dtype, device=self.device)
+            return lazy_zeros((rows, *shape), dtype, self.device)
 
         # Row _num_frames stays zero: the frame a zero-padded stack gathers before its episode.
         self._frames = zeros(self._num_frames + 1, frame_shape, obs_dtype)
@@ -414,7 +414,7 @@ class FrameStackReplayBuffer:
         needed, capacity = self._ends_added + new - lowest, len(self._ends)
         if needed <= capacity:
             return
-        grown = torch.zeros((max(2 * capacity, needed), *self.frame_shape), dtype=self.obs_dtype, device=self.device)
+        grown = lazy_zeros((max(2 * capacity, needed), *self.frame_shape), self.obs_dtype, self.device)
         numbers = torch.arange(lowest, self._ends_added, device=self.device)
         grown[numbers % len(grown)] = self._ends[numbers % capacity]
         self._ends = grown

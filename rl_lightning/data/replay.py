@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
@@ -50,6 +51,21 @@ def available_memory(device: torch.device) -> int | None:
         return None
 
 
+def lazy_zeros(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``torch.zeros(shape, dtype=dtype, device=device)`` whose CPU pages are only touched when written:
+    ``torch.zeros`` writes every byte at once, so a 1M-transition Atari buffer would hold all its ~7 GiB
+    resident from the first step. On the CPU the memory comes from numpy's ``calloc`` (zero pages from
+    the OS, mapped in as rows are written); other devices and numpy-less dtypes use ``torch.zeros``."""
+    if device.type == "cpu":
+        try:
+            np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+        except TypeError:  # bfloat16 and the like: numpy has no such dtype
+            pass
+        else:
+            return torch.from_numpy(np.zeros(tuple(shape), dtype=np_dtype))
+    return torch.zeros(tuple(shape), dtype=dtype, device=device)
+
+
 def format_bytes(nbytes: int) -> str:
     """``6.71 GiB``, ``13.8 MiB``, ``512 bytes``."""
     if nbytes >= 2**30:
@@ -59,8 +75,9 @@ def format_bytes(nbytes: int) -> str:
 
 def check_fits_in_memory(nbytes: int, device: torch.device, what: str, settings: str) -> None:
     """A ``ValueError`` with the numbers and ``settings`` (what to change) if ``nbytes`` exceed what
-    ``device`` can still allocate. Checked before allocating: a CPU tensor's zeros are only touched
-    when written, so an oversized buffer would otherwise fail hours into the run, killed by the OS."""
+    ``device`` can still allocate. Checked before allocating: a CPU buffer's pages are only touched
+    when written (``lazy_zeros``), so an oversized buffer would otherwise fail hours into the run, killed
+    by the OS."""
     available = available_memory(device)
     if available is not None and nbytes > available:
         raise ValueError(
@@ -170,7 +187,7 @@ class ReplayBuffer:
         def zeros(shape: Any, dtype: Any) -> Tensor | TensorTree:
             if isinstance(shape, dict):  # a Dict observation: one tensor per key, each of its own dtype
                 return TensorTree({key: zeros(shape[key], dtype[key]) for key in shape})
-            return torch.zeros((buffer_size, *shape), dtype=dtype, device=self.device)
+            return lazy_zeros((buffer_size, *shape), dtype, self.device)
 
         # Allocated once; ``add`` writes rows in place. Slots ``[size:]`` hold zeros until filled.
         self._storage = {name: zeros(shape, dtype) for name, (shape, dtype) in self._specs.items()}

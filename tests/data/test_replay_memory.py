@@ -1,6 +1,9 @@
 """Which replay buffer a run gets, what it costs in bytes (stated before allocating), and the refusal of one that
 does not fit in the device's memory; the frame-once buffer's samples equal the plain buffer's on the Atari preset."""
 
+import math
+import os
+
 import pytest
 import torch
 from quiet_trainer import quiet_fit
@@ -32,6 +35,43 @@ def test_a_million_atari_transitions_frame_once_vs_whole():
     assert 6.5 * 2**30 < frames < 7.0 * 2**30  # the issue's "about 7 GiB" (SB3: ~28 GiB optimised, ~56 GiB)
     assert 52 * 2**30 < whole < 54 * 2**30
     assert format_bytes(frames) == f"{frames / 2**30:.2f} GiB" and format_bytes(2048) == "2,048 bytes"
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as file:
+        return int(file.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads the resident set from /proc (Linux)")
+@pytest.mark.parametrize("frame_once", [True, False])
+def test_a_cpu_buffer_takes_memory_as_it_fills_not_at_allocation(frame_once):
+    """A 1M-transition Atari buffer must not hold its ~7 GiB resident from the first step (torch.zeros would):
+    here ~1 GiB of buffer allocated adds under 64 MiB resident, filling 2,000 rows adds about their bytes, and
+    the unfilled rows read as zeros."""
+    rows, shape = 40_000, (4, 84, 84)
+    before = _resident_bytes()
+    if frame_once:
+        buffer = FrameStackReplayBuffer(4 * rows, shape, 1)  # 160k frames of 84x84: 1.05 GiB
+    else:
+        buffer = ReplayBuffer(rows, shape, 1, obs_dtype=torch.uint8)  # obs and next_obs: 1.05 GiB
+    assert buffer.nbytes > 2**30
+    assert _resident_bytes() - before < 64 * 2**20
+    obs = torch.randint(0, 256, (1, *shape), dtype=torch.uint8)
+    for _ in range(2_000):
+        next_obs = torch.cat([obs[:, 1:], torch.randint(0, 256, (1, 1, 84, 84), dtype=torch.uint8)], dim=1)
+        buffer.add(
+            obs,
+            torch.zeros(1, dtype=torch.int64),
+            torch.zeros(1),
+            torch.zeros(1, dtype=torch.bool),
+            next_obs,
+            dones=torch.zeros(1, dtype=torch.bool),
+        )
+        obs = next_obs
+    grown = _resident_bytes() - before
+    assert grown < 64 * 2**20 + 2_000 * (2 if not frame_once else 1) * math.prod(shape) * 2
+    storage = buffer._frames if frame_once else buffer.obs
+    assert int(storage[20_000:20_100].count_nonzero()) == 0  # rows not yet written
 
 
 def test_a_buffer_larger_than_the_available_memory_is_refused_before_allocating(monkeypatch):
