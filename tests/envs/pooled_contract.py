@@ -10,7 +10,9 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
+from quiet_trainer import quiet_fit
 
+from rl_lightning import DQNModule, PPOModule
 from rl_lightning.envs.base import VectorEnv
 
 KEYS = ("obs", "final", "reward", "terminated", "truncated", "game_reward", "game_over")
@@ -117,3 +119,17 @@ def check_life_loss_episodes(run: dict[str, torch.Tensor], lives: int = 5) -> No
             assert int(ends[start + 1 : stop + 1, env_index].sum()) == lives
             checked += 1
     assert checked >= 1, "no whole game in the rollout: play longer"
+
+
+def check_ppo_and_dqn_update(env_id: str, backend: str, env_class: type[VectorEnv], ppo_envs: int) -> None:
+    """A few PPO updates (``ppo_envs`` envs x 8 steps, 4 minibatch updates) and DQN updates after 64 warm-up steps on
+    ``backend`` with the preset: the module steps that backend's envs and its weights stay finite."""
+    options = {"env_backend": backend, "env_kwargs": {"atari": True, "num_threads": 1}}
+    ppo = PPOModule(env_id=env_id, num_envs=ppo_envs, num_steps_per_rollout=8, num_minibatches=2, **options)
+    quiet_fit(ppo, 4)
+    assert ppo.source.env_steps == 8 * ppo_envs and isinstance(ppo.source.envs, env_class)
+    assert all(torch.isfinite(p).all() for p in ppo.parameters())
+    dqn = DQNModule(env_id=env_id, num_envs=2, buffer_size=500, learning_starts=64, batch_size=8, **options)
+    quiet_fit(dqn, 4)
+    assert isinstance(dqn.source.envs, env_class) and dqn.source.env_steps >= 64
+    assert all(torch.isfinite(p).all() for p in dqn.parameters())

@@ -11,15 +11,14 @@ from pooled_contract import (
     assert_equals_reference,
     check_first_step_without_reset,
     check_life_loss_episodes,
+    check_ppo_and_dqn_update,
     check_seeding,
     check_state_dict,
     check_step_dtypes,
     random_actions,
     rollout,
 )
-from quiet_trainer import quiet_fit
 
-from rl_lightning import DQNModule, PPOModule
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.ale_vector import AleVectorEnv, _ale_kwargs, _vector_env_class
 from rl_lightning.envs.atari import atari_options
@@ -180,12 +179,4 @@ def test_make_envs_backend_and_a_missing_ale_py(monkeypatch):
 
 
 def test_ppo_and_dqn_update_on_ale_vector_breakout():
-    options = {"env_backend": "ale_vector", "env_kwargs": {"atari": True, "num_threads": 1}}
-    ppo = PPOModule(env_id=BREAKOUT, num_envs=2, num_steps_per_rollout=8, num_minibatches=2, **options)
-    quiet_fit(ppo, 4)
-    assert ppo.source.env_steps == 16 and isinstance(ppo.source.envs, AleVectorEnv)
-    assert all(torch.isfinite(p).all() for p in ppo.parameters())
-    dqn = DQNModule(env_id=BREAKOUT, num_envs=2, buffer_size=500, learning_starts=64, batch_size=8, **options)
-    quiet_fit(dqn, 4)
-    assert isinstance(dqn.source.envs, AleVectorEnv) and dqn.source.env_steps >= 64
-    assert all(torch.isfinite(p).all() for p in dqn.parameters())
+    check_ppo_and_dqn_update(BREAKOUT, "ale_vector", AleVectorEnv, ppo_envs=2)
