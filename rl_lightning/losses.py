@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rl_lightning.deprecations import renamed_keywords
-from rl_lightning.nets import PolicyNetwork
 
 
 @renamed_keywords(done="dones")  # the seeds' name
@@ -63,14 +62,15 @@ def compute_logprobs(obs: Tensor, actions: Tensor, policy: nn.Module) -> Tensor:
     Args:
         obs: ``(num_envs, num_steps, *obs_shape)``.
         actions: ``(num_envs, num_steps, *action_shape)`` (int for Discrete actions).
-        policy: a :class:`~rl_lightning.nets.PolicyNetwork` (any action space), or a module mapping
-            obs to the logits ``(..., num_actions)`` of a categorical policy.
+        policy: a module with a ``log_prob(obs, actions)`` method (a :class:`~rl_lightning.nets.PolicyNetwork`,
+            any action space), or a module mapping obs to the logits ``(..., num_actions)`` of a categorical policy.
 
     Returns:
         ``(num_envs, num_steps)``, differentiable w.r.t. the policy's parameters.
     """
-    if isinstance(policy, PolicyNetwork):
-        return policy.log_prob(obs, actions)
+    log_prob = getattr(policy, "log_prob", None)  # duck-typed: the losses know no network class
+    if callable(log_prob):
+        return log_prob(obs, actions)
     log_probs = F.log_softmax(policy(obs).float(), dim=-1)
     return log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 

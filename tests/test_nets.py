@@ -1,4 +1,4 @@
-"""Encoders, policy heads and the two networks (rl_lightning/nets.py)."""
+"""Encoders, policy heads and the two networks (rl_lightning/nets/), and the package's import layout."""
 
 import gymnasium as gym
 import numpy as np
@@ -266,3 +266,44 @@ def test_off_policy_networks_refuse_images_and_unbounded_actions():
         SquashedGaussianActor(observation_space, gym.spaces.Box(-np.inf, np.inf, (1,), dtype=np.float32))
     with pytest.raises(ValueError, match="vector observations"):
         SquashedGaussianActor(gym.spaces.Box(0, 255, (36, 36, 3), dtype=np.uint8), _pendulum_spaces()[1])
+
+
+def test_the_nets_package_keeps_every_name_and_sampling_sits_below_nets_and_envs():
+    """The split of nets.py keeps ``from rl_lightning.nets import X`` working for every name it had, and the
+    masked-sampling module imports neither ``rl_lightning.nets`` nor ``rl_lightning.envs`` (no import cycle)."""
+    import ast
+    import inspect
+
+    import rl_lightning.nets as nets
+    import rl_lightning.sampling as sampling
+    from rl_lightning.envs import spaces
+
+    for name in (
+        "PolicyNetwork",
+        "QNetwork",
+        "ValueNetwork",
+        "ActorCritic",
+        "RecurrentActorCritic",
+        "ImageEncoder",
+        "MultiInputEncoder",
+        "VectorEncoder",
+        "CategoricalHead",
+        "GaussianHead",
+        "SquashedGaussianActor",
+        "DeterministicActor",
+        "CriticEnsemble",
+        "masked_logits",
+        "sample_masked_categorical",
+        "rows_without_legal_action",
+        "sample_categorical",
+        "is_image_space",
+        "is_masked",
+        "orthogonal_init",
+    ):
+        assert hasattr(nets, name), name
+    assert sorted(nets.__all__) == sorted(set(nets.__all__))
+    imported = {
+        node.module for node in ast.walk(ast.parse(inspect.getsource(sampling))) if isinstance(node, ast.ImportFrom)
+    }
+    assert not {module for module in imported if module and module.startswith("rl_lightning")}
+    assert spaces.as_bool_mask is sampling.as_bool_mask and spaces.MASK_CONVENTION is sampling.MASK_CONVENTION

@@ -26,7 +26,7 @@ from rl_lightning.data.source import EnvSource
 from rl_lightning.envs.base import VectorEnv, resolve_device, sample_legal
 from rl_lightning.envs.spaces import ACTION_MASK_KEY, MASK_CONVENTION, TensorTree, as_tree, plain
 from rl_lightning.losses import compute_n_step_returns
-from rl_lightning.nets import masked_logits, rows_without_legal_action
+from rl_lightning.sampling import masked_logits, rows_without_legal_action
 
 _WARMUP_CHUNK = 256  # vectorised random steps between two checks for a stop request
 

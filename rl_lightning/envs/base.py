@@ -39,6 +39,7 @@ from torch import Tensor
 
 from rl_lightning._checks import check_seed
 from rl_lightning.envs.spaces import ACTION_MASK_KEY, TensorTree, action_kind, check_leaf_spaces, leaf_dtype, mask_size
+from rl_lightning.sampling import masked_logits, sample_masked_categorical
 
 _INTEGER_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 _OBS_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.uint8): torch.uint8}
@@ -347,8 +348,6 @@ class VectorEnv:
 def sample_legal(action_mask: Tensor, nvec: Tensor | None = None, generator: torch.Generator | None = None) -> Tensor:
     """Uniformly random legal actions: int64 ``(batch,)`` for a ``Discrete`` mask ``(batch, n)``, or
     ``(batch, len(nvec))`` for a ``MultiDiscrete`` one ``(batch, sum(nvec))`` (legal per dimension)."""
-    from rl_lightning.nets import masked_logits, sample_masked_categorical
-
     logits = masked_logits(torch.zeros(action_mask.shape, device=action_mask.device), action_mask)
     if nvec is None:
         return sample_masked_categorical(logits, generator)[0]

@@ -24,6 +24,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from rl_lightning.sampling import MASK_CONVENTION as MASK_CONVENTION  # the mask convention lives below envs and nets
+from rl_lightning.sampling import as_bool_mask as as_bool_mask
+
 #: The observation key of the legal actions.
 ACTION_MASK_KEY = "action_mask"
 #: The key of a ``Box`` observation that gets an action mask from ``info`` beside it.
@@ -264,35 +267,6 @@ def leaf_space(key: str, space: gym.Space) -> gym.spaces.Box:
 
 
 #: What every mask error says: how rl_lightning reads a mask, and how to convert a logits-convention one.
-MASK_CONVENTION = (
-    "rl_lightning reads action masks as True / 1 = legal, False / 0 = illegal (bool, or integers or "
-    "floats that are exactly 0 or 1); a mask in the logits convention (0 legal, -inf illegal) converts "
-    "with mask = logits_mask == 0"
-)
-
-
-def as_bool_mask(mask: np.ndarray | Tensor, where: str = "the action mask") -> np.ndarray | Tensor:
-    """An action mask (numpy or torch) as bool, True = legal: bool as it is, integers and floats
-    whose values are exactly 0 or 1 compared with 0. Any other value (``-inf``, ``0.5``, ``2``, NaN)
-    is a ``ValueError`` naming ``where`` and the convention (a torch mask not bool: one reduction,
-    read back once)."""
-    if mask.dtype in (np.bool_, torch.bool):
-        return mask
-    if isinstance(mask, Tensor):
-        if mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
-            bad = mask[(mask != 0) & (mask != 1)].flatten()[:1].tolist()
-            raise ValueError(f"{where} has the {mask.dtype} value {bad[0]!r}, neither 0 nor 1: {MASK_CONVENTION}")
-        return mask != 0
-    mask = np.asarray(mask)
-    if mask.dtype.kind not in "biuf":
-        raise ValueError(f"{where} must be bool, integer or float, got {mask.dtype}: {MASK_CONVENTION}")
-    legal = mask == 1
-    if not (legal | (mask == 0)).all():
-        bad = mask[~(legal | (mask == 0))].flat[0]
-        raise ValueError(f"{where} has the {mask.dtype} value {bad.item()!r}, neither 0 nor 1: {MASK_CONVENTION}")
-    return legal
-
-
 def empty_mask_rows(mask: np.ndarray, nvec: Sequence[int] | None = None) -> list[int]:
     """The rows of a bool numpy mask ``(batch, n)`` with no legal action (in one of the dimensions
     ``nvec`` of a MultiDiscrete mask)."""
