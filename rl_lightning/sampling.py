@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+#: What every mask error says: how rl_lightning reads a mask, and how to convert a logits-convention one.
 MASK_CONVENTION = (
     "rl_lightning reads action masks as True / 1 = legal, False / 0 = illegal (bool, or integers or "
     "floats that are exactly 0 or 1); a mask in the logits convention (0 legal, -inf illegal) converts "

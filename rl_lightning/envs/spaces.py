@@ -266,7 +266,6 @@ def leaf_space(key: str, space: gym.Space) -> gym.spaces.Box:
     )
 
 
-#: What every mask error says: how rl_lightning reads a mask, and how to convert a logits-convention one.
 def empty_mask_rows(mask: np.ndarray, nvec: Sequence[int] | None = None) -> list[int]:
     """The rows of a bool numpy mask ``(batch, n)`` with no legal action (in one of the dimensions
     ``nvec`` of a MultiDiscrete mask)."""
