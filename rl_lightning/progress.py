@@ -74,7 +74,10 @@ class RLProgressBar(TQDMProgressBar):
         pass  # one bar for the whole run: nothing to reset
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if (trainer.global_step % self.refresh_rate) == 0:
+        # A training step may hold many updates: refresh when global_step passed a multiple of refresh_rate.
+        period = trainer.global_step // self.refresh_rate
+        if period != getattr(self, "_refreshed_period", None):
+            self._refreshed_period = period
             self._update(trainer, pl_module)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: Any) -> None:

@@ -180,13 +180,13 @@ def _log_dir(trainer: L.Trainer) -> str | None:
 def start_line(trainer: L.Trainer, module: Any, note: str | None = None) -> str:
     """``VPGModule on CartPole-v1, 10,934 parameters, 32 envs: up to 800,000 env steps (50 updates), until
     the greedy eval return reaches 475.0; logs in lightning_logs/VPG-CartPole-v1/version_0``."""
-    from rl_lightning.callbacks.schedule import planned_env_steps
+    from rl_lightning.callbacks.schedule import planned_env_steps, planned_updates
 
     parameters = sum(p.numel() for p in module.parameters() if p.requires_grad)
     envs = f"{module.hparams.num_envs} envs" + (f" x {trainer.world_size} processes" if trainer.world_size > 1 else "")
     try:
         budget = f"up to {planned_env_steps(trainer, module, 'the run'):,.0f} env steps"
-        budget += f" ({trainer.estimated_stepping_batches:,.0f} updates)"
+        budget += f" ({planned_updates(trainer, module):,.0f} updates)"
     except ValueError:
         budget = "no set length"
     threshold = _solved_threshold(trainer)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import torch
 from torch import Tensor
 
 #: The progress bar's fields (the same for every algorithm) and the charts they show.
@@ -24,6 +25,14 @@ class Charts:
     def __init__(self) -> None:
         self.epoch_metrics: dict[str, tuple[Tensor | float, int]] = {}
         self.last_log: tuple[float, int] | None = None
+        self.pending: dict[str, Tensor] = {}  # per-step algorithms: this update's metrics, written by flush
+
+    def flush(self, module: Any) -> None:
+        """Write this update's metrics (per-step algorithms) to the Trainer's loggers, at env steps."""
+        if not self.pending:
+            return
+        metrics, self.pending = {**self.pending, "step": float(module.env_steps)}, {}
+        write_metrics(module.trainer, metrics)
 
     def start(self, env_steps: int) -> None:
         self.last_log = (time.perf_counter(), env_steps)
@@ -39,9 +48,15 @@ class Charts:
 
     def log(self, module: Any, metrics: dict[str, Tensor | float], prog_bar: tuple[str, ...] = ()) -> None:
         if not module.log_per_epoch:
+            # Lightning writes a training step's logs once, at its end, every log_every_n_steps *training steps*;
+            # a training step holds many updates, so the update's metrics are written here (``flush``), at the
+            # update they belong to, and given to self.log only for the callbacks and the progress bar.
             for name, value in metrics.items():
-                module.log(name, value, on_step=True, on_epoch=False, prog_bar=name in prog_bar, batch_size=1)
-            module.log("step", float(module.env_steps), on_step=True, on_epoch=False, batch_size=1)
+                module.log(
+                    name, value, on_step=True, on_epoch=False, prog_bar=name in prog_bar, batch_size=1, logger=False
+                )
+                # as self.log stores it: a float becomes a float32 tensor
+                self.pending[name] = value if isinstance(value, Tensor) else torch.tensor(value, dtype=torch.float32)
             return
         for name, value in metrics.items():
             total, count = self.epoch_metrics.get(name, (0.0, 0))
@@ -74,3 +89,10 @@ class Charts:
         for name, key in _PROGRESS_BAR:
             if key in metrics:
                 module.log(name, metrics[key], prog_bar=True, logger=False, on_step=True, on_epoch=False, batch_size=1)
+
+
+def write_metrics(trainer: Any, metrics: dict[str, Any]) -> None:
+    """Write ``metrics`` (``"step"``: the x-axis) to every logger of ``trainer`` as Lightning writes a training
+    step's logs (scalars, then ``logger.save()``), through its logger connector: the one place that reaches it;
+    ``tests/algos/test_update_loop.py`` fails if Lightning renames it."""
+    trainer._logger_connector.log_metrics(metrics)

@@ -9,7 +9,20 @@ guards are one callback (``rl_lightning.callbacks.guard.RunGuard``).
 
 A subclass implements ``make_source`` (its data source over the envs), ``policy_actions``
 (actions for a batch of observations), ``greedy_policy``, ``env_steps_per_training_step`` and
-``training_step``.
+``update_loss``; a layer (``OnPolicyModule``, ``OffPolicyModule``) sets ``updates_per_training_step``.
+
+The update loop is the module's (Lightning's manual optimisation): one Lightning training step runs several
+updates (a whole rollout's epochs and minibatches, or ``updates_per_step`` collections and updates), each
+
+    batch = source.next_batch()          (collects first where the stream needs it)
+    callback.on_update_start(trainer, module)   for every callback that has it
+    loss = update_loss(batch)            (logs its metrics)
+    zero_grad, manual_backward(loss), clip (max_grad_norm / Trainer(gradient_clip_val)), optimizer.step()
+    callback.on_update_end(trainer, module, loss)
+
+so ``global_step`` and ``max_steps`` count updates, and the callbacks that act per update (target-network
+sync, LR and epsilon schedules, the NaN guard, videos) act at the same updates and env steps as they would
+with one update per training step.
 """
 
 from __future__ import annotations
@@ -32,7 +45,7 @@ from torch.utils.data import DataLoader
 from rl_lightning._checks import check_bool, check_choice, check_int, check_seed, check_str
 from rl_lightning.algos._charts import Charts
 from rl_lightning.algos._inputs import ObservationInputs, as_numpy, is_tensor_input
-from rl_lightning.callbacks.guard import RunGuard
+from rl_lightning.callbacks.guard import RunGuard, check_trainer_settings
 from rl_lightning.checkpoints import (
     CHECKPOINT_KEY,
     check_checkpoint_fits,
@@ -44,6 +57,7 @@ from rl_lightning.checkpoints import (
 from rl_lightning.compiling import CompiledFunctions, check_compile
 from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.data.source import EnvSource
+from rl_lightning.data.steps import TrainingStep, TrainingSteps
 from rl_lightning.deprecations import renamed_in_checkpoint, wrap_init
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
@@ -82,6 +96,8 @@ class RLModule(L.LightningModule):
     #: Log the charts once per epoch (on-policy algorithms: an epoch is a rollout) instead of
     #: every ``Trainer(log_every_n_steps)`` optimizer steps.
     log_per_epoch: ClassVar[bool] = False
+    #: The training step calls the callbacks' per-update hooks (``rl_lightning.callbacks.updates``).
+    runs_update_hooks: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # The subclass's __init__ also takes the former names (rl_lightning.deprecations.wrap_init: the signature,
@@ -135,6 +151,10 @@ class RLModule(L.LightningModule):
         self._charts = Charts()
         #: ``compile``'s functions (``rl_lightning.compiling``).
         self.compiled = CompiledFunctions(check_compile(compile))
+        # The update loop is the algorithm's (module docstring): Lightning's manual optimisation.
+        self.automatic_optimization = False
+        self._gradient_clipping: tuple[float, str] | None = None  # Trainer(gradient_clip_val=...), taken over
+        self._update_callbacks: tuple[list[Any], list[Any]] = ([], [])  # (on_update_start, on_update_end) owners
 
     # -- what a subclass provides ----------------------------------------------------------
 
@@ -159,6 +179,19 @@ class RLModule(L.LightningModule):
 
     def warmup_env_steps(self) -> int:
         """Env steps (all processes) taken before the first optimizer step (random play)."""
+        return 0
+
+    def update_loss(self, batch: Any) -> Tensor:
+        """One update's loss on ``batch`` (the source's next batch), differentiable w.r.t. the parameters the
+        optimizer steps; logs its metrics (``log_metrics``)."""
+        raise NotImplementedError
+
+    #: Updates one training step runs (a layer's setting): a rollout's (on-policy) or ``updates_per_step``.
+    updates_per_training_step: int = 1
+
+    def updates_to_skip(self) -> int:
+        """After an update: how many of this training step's remaining update slots to skip (PPO's
+        ``target_kl``); they count as optimizer steps, so ``max_steps`` and the run's env steps keep their plan."""
         return 0
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -263,7 +296,8 @@ class RLModule(L.LightningModule):
         # source: rebuilding it would reset the envs, the counters and any replay buffer.
         if self.source is None or self.source.device != self.device:
             self.source = self._build_source()
-        return DataLoader(self.source, batch_size=None, num_workers=0)
+        # Tickets, not data: each training step pulls its updates' batches from the source (rl_lightning.data.steps).
+        return DataLoader(TrainingSteps(self.source, self.updates_per_training_step), batch_size=None, num_workers=0)
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         # The sources build their batches on the module's device: no walk over the batch's tensors.
@@ -293,6 +327,72 @@ class RLModule(L.LightningModule):
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         if self._stop.active:
             self._received_sigterm()  # every rank, every step: a request heard anywhere stops all at this step
+
+    # -- the update loop ----------------------------------------------------------------------
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
+        """This training step's updates (module docstring); returns the last one's loss (detached).
+
+        Called by hand with a data batch (a ``RolloutTensors``, ``PPOBatch``, ``ReplayBufferSamples``) instead
+        of Lightning's ticket, it returns that batch's loss (``update_loss``) and updates nothing."""
+        if not isinstance(batch, TrainingStep):
+            return self.update_loss(batch)
+        trainer, source = self.trainer, batch.source
+        per_step, done = self.updates_per_training_step, trainer.global_step
+        # The updates left in this training step: up to the next multiple of updates_per_training_step within the
+        # epoch (a run resumed from a stop inside a training step finishes it), the epoch's end and max_steps.
+        per_epoch = len(source)
+        in_epoch = done % per_epoch
+        updates = min(per_step - in_epoch % per_step, per_epoch - in_epoch)
+        if trainer.max_steps >= 0:
+            updates = min(updates, trainer.max_steps - done)
+        optimizer = self.optimizers()
+        starts, ends = self._update_callbacks
+        loss = None
+        while updates > 0:
+            data = source.next_batch()
+            for callback in starts:
+                callback.on_update_start(trainer, self)
+            loss = self.update_loss(data)
+            optimizer.zero_grad()
+            self.manual_backward(loss)
+            optimizer.step()  # clips first: on_before_optimizer_step
+            loss = loss.detach()
+            for callback in ends:
+                callback.on_update_end(trainer, self, loss)
+            self._charts.flush(self)
+            updates -= 1
+            skipped = min(self.updates_to_skip(), updates) if updates else 0
+            if skipped:
+                _count_optimizer_steps(trainer, skipped)
+                updates -= skipped
+        return loss
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # After the gradients are unscaled (16-mixed), before the step: clip to max_grad_norm or the Trainer's value.
+        if self._gradient_clipping is not None:
+            value, algorithm = self._gradient_clipping
+            self.clip_gradients(optimizer, value, algorithm)
+        elif self.hparams.get("max_grad_norm") is not None:
+            self.clip_gradients(optimizer, self.hparams.max_grad_norm, "norm")
+
+    def _take_over_gradient_clipping(self) -> None:
+        """``Trainer(gradient_clip_val=..., gradient_clip_algorithm=...)``, which Lightning refuses under manual
+        optimisation: the loop clips with it instead (it takes precedence over ``max_grad_norm``), and the
+        Trainer gets it back at teardown."""
+        trainer = self.trainer
+        if trainer.gradient_clip_val is None or trainer.gradient_clip_val <= 0:
+            return
+        algorithm = trainer.gradient_clip_algorithm or "norm"
+        self._gradient_clipping = (float(trainer.gradient_clip_val), str(getattr(algorithm, "value", algorithm)))
+        self._trainer_clipping = (trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+        trainer.gradient_clip_val, trainer.gradient_clip_algorithm = None, None
+
+    def teardown(self, stage: str) -> None:
+        restored = self.__dict__.pop("_trainer_clipping", None)
+        if restored is not None and self._attached:
+            self.trainer.gradient_clip_val, self.trainer.gradient_clip_algorithm = restored
+            self._gradient_clipping = None
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -423,7 +523,8 @@ class RLModule(L.LightningModule):
         self._charts.log_charts(self)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if batch_idx + 1 >= self.trainer.num_training_batches:  # the epoch's last batch
+        # The epoch's last update done (a run that max_steps ends inside an epoch logs no partial epoch).
+        if self.source is not None and self.trainer.global_step % len(self.source) == 0:
             self._charts.end_epoch(self)
 
     # -- optimisation ---------------------------------------------------------------------
@@ -434,16 +535,6 @@ class RLModule(L.LightningModule):
         scaler unscales them inside the step, too late.)"""
         float32 = not self._attached or str(self.trainer.precision) in ("32-true", "32")
         return float32 and self.device.type in ("cpu", "cuda")
-
-    def configure_gradient_clipping(
-        self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None, gradient_clip_algorithm=None
-    ) -> None:
-        """Clip the gradient norm to the ``max_grad_norm`` hyper-parameter, if the algorithm has one;
-        ``Trainer(gradient_clip_val=..., gradient_clip_algorithm=...)``, when given, takes precedence."""
-        max_norm = self.hparams.get("max_grad_norm")
-        if gradient_clip_val is None and max_norm is not None:
-            gradient_clip_val, gradient_clip_algorithm = max_norm, "norm"
-        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     # -- Lightning hooks ------------------------------------------------------------------
 
@@ -456,11 +547,20 @@ class RLModule(L.LightningModule):
             # Lightning say it "will override existing callbacks passed to Trainer", which the user did not pass.
             callbacks = self.trainer.callbacks
             callbacks[callbacks.index(self.trainer.progress_bar_callback)] = RLProgressBar()
+        if self._attached:  # before Lightning checks the Trainer for manual optimisation
+            check_trainer_settings(self.trainer)
+            self._take_over_gradient_clipping()
         return [RunGuard()]
 
     def on_train_start(self) -> None:
         self._charts.start(self.env_steps)
         self._stop.install(self.trainer)
+        callbacks = self.trainer.callbacks
+        self._update_callbacks = (
+            [c for c in callbacks if callable(getattr(c, "on_update_start", None))],
+            [c for c in callbacks if callable(getattr(c, "on_update_end", None))],
+        )
+        check_update_boundaries(self.trainer, self.updates_per_training_step)
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -580,6 +680,32 @@ class RLModule(L.LightningModule):
         """Raise ``ValueError`` if ``checkpoint`` was saved by another algorithm, for another env, with
         other network shapes or (a resume) another ``num_envs``."""
         check_checkpoint_fits(checkpoint, self.algorithm_name(), self.hparams, self.state_dict())
+
+
+def _count_optimizer_steps(trainer: L.Trainer, count: int) -> None:
+    """Count ``count`` update slots a training step skipped (``updates_to_skip``) as optimizer steps in
+    Lightning's manual-optimisation counter (what ``global_step`` reads). The one place that reaches it:
+    ``tests/algos/test_update_loop.py`` fails if Lightning renames it."""
+    trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress.increment_by(count)
+
+
+def check_update_boundaries(trainer: L.Trainer, updates_per_step: int) -> None:
+    """Refuse a ``ModelCheckpoint(every_n_train_steps=N)`` whose N is not a multiple of the updates of one
+    training step: Lightning checks it after training steps, so it would skip the saves that fall inside one."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    if updates_per_step == 1:
+        return
+    for callback in trainer.checkpoint_callbacks:
+        every = getattr(callback, "_every_n_train_steps", 0) if isinstance(callback, ModelCheckpoint) else 0
+        if every and every % updates_per_step:
+            multiple = max(every // updates_per_step, 1) * updates_per_step
+            raise ValueError(
+                f"ModelCheckpoint(every_n_train_steps={every}) saves after training steps, and each training step "
+                f"runs {updates_per_step} updates: its saves at updates that are not multiples of {updates_per_step} "
+                f"would be skipped; use every_n_train_steps={multiple}"
+                " (a multiple), every_n_epochs, or one update per training step (updates_per_step=1)"
+            )
 
 
 def _other_algorithms(action_kind: str) -> str:

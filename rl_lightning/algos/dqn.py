@@ -87,6 +87,8 @@ class DQNModule(OffPolicyModule):
         frame_replay: store each frame of a frame-stack observation (Atari's ``(4, 84, 84)``) once
             (``FrameStackReplayBuffer``: 1M transitions in ~6.7 GiB, not ~53 GiB); None: wherever the
             observation is a frame stack; False: the plain ``ReplayBuffer``.
+        updates_per_step: updates per Lightning training step (``OffPolicyModule``): the same run whatever
+            its value, Lightning's per-step cost paid once per that many updates.
     """
 
     action_kinds = ("discrete",)
@@ -123,24 +125,26 @@ class DQNModule(OffPolicyModule):
         env_kwargs: dict[str, Any] | None = None,
         compile: bool | dict[str, Any] = False,
         frame_replay: bool | None = None,
+        updates_per_step: int = 1,
     ):
         super().__init__(
-            env_id,
-            num_envs,
-            seed,
-            env_backend,
-            env_kwargs,
-            buffer_size,
-            batch_size,
-            learning_starts,
-            train_freq,
-            gradient_steps,
-            steps_per_epoch,
-            gamma,
-            n_step,
-            checkpoint_buffer,
-            compile,
-            frame_replay,
+            env_id=env_id,
+            num_envs=num_envs,
+            seed=seed,
+            env_backend=env_backend,
+            env_kwargs=env_kwargs,
+            buffer_size=buffer_size,
+            batch_size=batch_size,
+            learning_starts=learning_starts,
+            train_freq=train_freq,
+            gradient_steps=gradient_steps,
+            steps_per_epoch=steps_per_epoch,
+            gamma=gamma,
+            n_step=n_step,
+            checkpoint_buffer=checkpoint_buffer,
+            compile=compile,
+            frame_replay=frame_replay,
+            updates_per_step=updates_per_step,
         )
         check_float("lr", lr, 0.0, low_open=True)
         if max_grad_norm is not None:
@@ -198,7 +202,7 @@ class DQNModule(OffPolicyModule):
 
     # -- learning -------------------------------------------------------------------------
 
-    def training_step(self, batch: ReplayBufferSamples, batch_idx: int) -> Tensor:
+    def update_loss(self, batch: ReplayBufferSamples) -> Tensor:
         hp = self.hparams
         loss, q_mean = self.compiled(dqn_loss)(
             self.q_network,

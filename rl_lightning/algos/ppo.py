@@ -13,9 +13,9 @@ One epoch = one rollout and its updates:
         one optimizer step (gradient norm clipped to max_grad_norm)
 
 With ``target_kl`` the rest of a rollout's minibatches are skipped (no parameter update) once the
-approximate KL of an update epoch exceeds it; they still count as Trainer steps (Lightning counts
-``optimizer_step`` calls), so ``max_steps`` keeps meaning rollouts x epochs x minibatches and the run
-takes the env steps it planned, as CleanRL's fixed number of iterations does.
+approximate KL of an update epoch exceeds it; they still count as optimizer steps, so ``max_steps`` keeps
+meaning rollouts x epochs x minibatches and the run takes the env steps it planned, as CleanRL's fixed
+number of iterations does. A rollout and all its updates are one training step (``OnPolicyModule``).
 Discrete actions get a categorical policy, ``Box`` actions a diagonal Gaussian (``rl_lightning.nets.ActorCritic``).
 """
 
@@ -26,13 +26,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
-import lightning as L
 import torch
 from torch import Tensor, nn
 
 from rl_lightning._checks import check_bool, check_choice, check_float, check_int, check_sizes
-from rl_lightning.algos.base import RLModule, as_numpy, is_tensor_input
-from rl_lightning.callbacks.lr_decay import LinearLRDecay
+from rl_lightning.algos.base import as_numpy, is_tensor_input
+from rl_lightning.algos.on_policy import OnPolicyModule
 from rl_lightning.data.actor_critic import ActorCriticSource, PPOBatch, RecurrentActorCriticSource, RecurrentPPOBatch
 from rl_lightning.data.normalization import ObservationNormalizer, RewardScaler
 from rl_lightning.envs.base import VectorEnv
@@ -50,7 +49,7 @@ from rl_lightning.nets import ACTIVATIONS, CORES, ActorCritic, RecurrentActorCri
 from rl_lightning.seeding import seeded
 
 
-class PPOModule(RLModule):
+class PPOModule(OnPolicyModule):
     """PPO (clipped surrogate, GAE) on torch vector envs, for Discrete and Box action spaces.
 
     The defaults solve CartPole-v1 (greedy mean return >= 475 over 32 episodes) in a few seconds on
@@ -105,7 +104,6 @@ class PPOModule(RLModule):
             arguments (``{"backend": "aot_eager"}``). The same losses and actions as without, to float tolerance.
     """
 
-    log_per_epoch = True
     action_kinds = ("discrete", "box", "multi_discrete", "multi_binary")
 
     def __init__(
@@ -142,7 +140,9 @@ class PPOModule(RLModule):
         env_kwargs: dict[str, Any] | None = None,
         compile: bool | dict[str, Any] = False,
     ):
-        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile)
+        super().__init__(
+            env_id=env_id, num_envs=num_envs, seed=seed, env_backend=env_backend, env_kwargs=env_kwargs, compile=compile
+        )
         check_int("num_steps_per_rollout", num_steps_per_rollout, 1)
         check_float("lr", lr, 0.0, low_open=True)
         check_bool("anneal_lr", anneal_lr)
@@ -203,17 +203,16 @@ class PPOModule(RLModule):
         normalized = self.observation_space if isinstance(self.observation_space, gym.spaces.Dict) else self.obs_shape
         self.obs_normalizer = ObservationNormalizer(normalized) if normalize_obs else None
         self.reward_scaler = RewardScaler(gamma) if normalize_rewards else None
-        self._skip_updates = False  # target_kl reached: the rest of this rollout's minibatches
         self._approx_kl: Tensor | None = None  # the newest minibatch's approximate KL
 
     # -- the algorithm ----------------------------------------------------------------------
 
-    def training_step(self, batch: PPOBatch | RecurrentPPOBatch, batch_idx: int) -> Tensor:
+    def update_loss(self, batch: PPOBatch | RecurrentPPOBatch) -> Tensor:
         hp = self.hparams
         loss, metrics = self.compiled(ppo_minibatch_loss)(
             self.model, batch, hp.clip_coef, hp.clip_vloss, hp.vf_coef, hp.ent_coef, hp.norm_adv
         )
-        self._approx_kl = metrics["losses/approx_kl"]  # for target_kl (optimizer_step)
+        self._approx_kl = metrics["losses/approx_kl"]  # for target_kl (updates_to_skip)
         collection = self.source.collection
         if collection.position == 0:  # once per rollout
             values, targets = collection.rollout.values, collection.advantages + collection.rollout.values
@@ -222,34 +221,24 @@ class PPOModule(RLModule):
         self.log_metrics(metrics)
         return loss
 
-    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
-        # target_kl: once the KL of an update epoch's last minibatch exceeds it, the rest of the rollout's
-        # minibatches run their closure (forward and backward keep DDP's ranks in step) without an
-        # optimizer step: the parameters stay as they are until the next rollout.
-        position = self.source.collection.position  # this minibatch's place in its rollout
-        if position == 0:
-            self._skip_updates = False
-        if self._skip_updates:
-            optimizer_closure()
-            return
-        optimizer.step(closure=optimizer_closure)  # runs training_step
-        target_kl = self.hparams.target_kl
-        if target_kl is not None and (position + 1) % self.hparams.num_minibatches == 0:
-            # The end of an update epoch: every rank decides alike, on the KL of all ranks.
-            kl = self._approx_kl
-            kl = self.trainer.strategy.reduce(kl, reduce_op="mean") if self.world_size > 1 else kl
-            self._skip_updates = bool(kl > target_kl)
+    def updates_to_skip(self) -> int:
+        """``target_kl``: once the approximate KL of an update epoch's last minibatch exceeds it (every rank
+        decides alike, on the KL of all ranks), the rest of the rollout's updates are skipped. They count as
+        optimizer steps (``max_steps`` keeps meaning rollouts x epochs x minibatches, and a run takes the env
+        steps it planned, as CleanRL's fixed number of iterations does)."""
+        target_kl, collection = self.hparams.target_kl, self.source.collection
+        if target_kl is None or (collection.position + 1) % self.hparams.num_minibatches != 0:
+            return 0
+        kl = self._approx_kl
+        kl = self.trainer.strategy.reduce(kl, reduce_op="mean") if self.world_size > 1 else kl
+        if not bool(kl > target_kl):
+            return 0
+        return self.source.skip_rest_of_rollout()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(
             self.model.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps, fused=self.use_fused_adam()
         )
-
-    def configure_callbacks(self) -> list[L.Callback]:
-        callbacks = super().configure_callbacks()
-        if self.hparams.anneal_lr:
-            callbacks.append(LinearLRDecay(lr_end=self.hparams.lr_end, lr_frac=self.hparams.lr_frac))
-        return callbacks
 
     # -- what the base needs ----------------------------------------------------------------
 
@@ -353,11 +342,6 @@ class PPOModule(RLModule):
     @property
     def training_steps_per_collection(self) -> int:
         return self.hparams.update_epochs * self.hparams.num_minibatches
-
-    @property
-    def env_steps_per_training_step(self) -> float:
-        hp = self.hparams
-        return hp.num_envs * hp.num_steps_per_rollout * self.world_size / self.training_steps_per_collection
 
 
 def ppo_minibatch_loss(

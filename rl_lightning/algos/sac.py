@@ -75,6 +75,8 @@ class SACModule(OffPolicyModule):
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}``.
         compile: the update (:func:`sac_losses`) and a native env's step through ``torch.compile``
             (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments.
+        updates_per_step: updates per Lightning training step (``OffPolicyModule``): the same run whatever
+            its value, Lightning's per-step cost paid once per that many updates.
     """
 
     action_kinds = ("box",)
@@ -104,23 +106,25 @@ class SACModule(OffPolicyModule):
         env_backend: str = "auto",
         env_kwargs: dict[str, Any] | None = None,
         compile: bool | dict[str, Any] = False,
+        updates_per_step: int = 1,
     ):
         super().__init__(
-            env_id,
-            num_envs,
-            seed,
-            env_backend,
-            env_kwargs,
-            buffer_size,
-            batch_size,
-            learning_starts,
-            train_freq,
-            gradient_steps,
-            steps_per_epoch,
-            gamma,
-            n_step,
-            checkpoint_buffer,
-            compile,
+            env_id=env_id,
+            num_envs=num_envs,
+            seed=seed,
+            env_backend=env_backend,
+            env_kwargs=env_kwargs,
+            buffer_size=buffer_size,
+            batch_size=batch_size,
+            learning_starts=learning_starts,
+            train_freq=train_freq,
+            gradient_steps=gradient_steps,
+            steps_per_epoch=steps_per_epoch,
+            gamma=gamma,
+            n_step=n_step,
+            checkpoint_buffer=checkpoint_buffer,
+            compile=compile,
+            updates_per_step=updates_per_step,
         )
         check_float("lr", lr, 0.0, low_open=True)
         check_float("tau", tau, 0.0, 1.0, low_open=True)
@@ -170,7 +174,7 @@ class SACModule(OffPolicyModule):
 
     # -- learning -------------------------------------------------------------------------------
 
-    def training_step(self, batch: ReplayBufferSamples, batch_idx: int) -> Tensor:
+    def update_loss(self, batch: ReplayBufferSamples) -> Tensor:
         # The update's random draws come from its own stream, here (the next actions', then the actions'),
         # so that the update itself is a pure function of tensors (compiled with compile=True).
         shape = (batch.rewards.shape[0], math.prod(self.action_shape))

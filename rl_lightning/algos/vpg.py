@@ -17,13 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-import lightning as L
 import torch
 from torch import Tensor, nn
 
 from rl_lightning._checks import check_bool, check_float, check_int, check_sizes
-from rl_lightning.algos.base import RLModule
-from rl_lightning.callbacks.lr_decay import LinearLRDecay
+from rl_lightning.algos.on_policy import OnPolicyModule
 from rl_lightning.data.rollout import RolloutSource, RolloutTensors
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.export import GreedyPolicy
@@ -38,7 +36,7 @@ from rl_lightning.nets import PolicyNetwork
 from rl_lightning.seeding import seeded
 
 
-class VPGModule(RLModule):
+class VPGModule(OnPolicyModule):
     """REINFORCE with a per-timestep baseline across envs, on torch vector envs.
 
     Args:
@@ -75,7 +73,6 @@ class VPGModule(RLModule):
             (``{"backend": "aot_eager"}``). The same losses and actions as without, to float tolerance.
     """
 
-    log_per_epoch = True
     renamed_hyperparameters: ClassVar[dict[str, str]] = {
         "use_iw": "importance_weighting",
         "clip_coef": "iw_clip",
@@ -108,7 +105,9 @@ class VPGModule(RLModule):
         env_kwargs: dict[str, Any] | None = None,
         compile: bool | dict[str, Any] = False,
     ):
-        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile)
+        super().__init__(
+            env_id=env_id, num_envs=num_envs, seed=seed, env_backend=env_backend, env_kwargs=env_kwargs, compile=compile
+        )
         check_int("num_steps_per_rollout", num_steps_per_rollout, 1)
         check_float("lr", lr, 0.0, low_open=True)
         check_float("gamma", gamma, 0.0, 1.0)
@@ -155,7 +154,7 @@ class VPGModule(RLModule):
 
     # -- the algorithm ----------------------------------------------------------------------
 
-    def training_step(self, batch: RolloutTensors, batch_idx: int) -> Tensor:
+    def update_loss(self, batch: RolloutTensors) -> Tensor:
         hp = self.hparams
         # Returns in float32 whatever the precision: they sum hundreds of rewards. Computed eagerly, outside the
         # compiled update: their backward loop over the steps would unroll into its graph (inductor took ~50 s
@@ -171,12 +170,6 @@ class VPGModule(RLModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.policy_network.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps)
-
-    def configure_callbacks(self) -> list[L.Callback]:
-        callbacks = super().configure_callbacks()
-        if self.hparams.anneal_lr:
-            callbacks.append(LinearLRDecay(lr_end=self.hparams.lr_end, lr_frac=self.hparams.lr_frac))
-        return callbacks
 
     # -- what the base needs ----------------------------------------------------------------
 
@@ -205,11 +198,6 @@ class VPGModule(RLModule):
     @property
     def training_steps_per_collection(self) -> int:
         return self.hparams.num_batches_per_rollout * self.hparams.rollout_use_count
-
-    @property
-    def env_steps_per_training_step(self) -> float:
-        hp = self.hparams
-        return hp.num_envs * hp.num_steps_per_rollout * self.world_size / self.training_steps_per_collection
 
 
 def vpg_loss(

@@ -43,7 +43,10 @@ class EnvStepBudget(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # The epoch length is known once the data source exists.
-        max_epochs, per_epoch = trainer.max_epochs, trainer.num_training_batches
+        # Updates per epoch: an rl_lightning module's training step runs several (len(source) per epoch).
+        source = getattr(pl_module, "source", None)
+        max_epochs = trainer.max_epochs
+        per_epoch = len(source) if source is not None else trainer.num_training_batches
         if max_epochs in (None, -1) or not isinstance(per_epoch, int) or per_epoch < 1:
             return
         epochs_needed = -(-self._optimizer_steps // per_epoch)

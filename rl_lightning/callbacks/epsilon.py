@@ -8,6 +8,7 @@ import lightning as L
 
 from rl_lightning._checks import check_float, check_int
 from rl_lightning.callbacks.schedule import linear_schedule, planned_env_steps
+from rl_lightning.callbacks.updates import runs_update_hooks
 from rl_lightning.protocols import EpsilonGreedyProtocol, require
 
 
@@ -16,8 +17,8 @@ class EpsilonDecay(L.Callback):
     ``pl_module.env_steps``: linear from ``start`` to ``end`` over the first ``fraction`` of the
     run's env steps, then ``end``.
 
-    The value is set at the start of training and after every training step, i.e. before the
-    env steps of the next one.
+    The value is set at the start of training and after every update, i.e. before the env steps
+    of the next one.
 
     Args:
         start: epsilon at env step 0, in [0, 1].
@@ -55,4 +56,9 @@ class EpsilonDecay(L.Callback):
             pl_module.epsilon = self.value(pl_module.env_steps, self._run_env_steps)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if not runs_update_hooks(pl_module):  # a module of yours: one update per training step
+            self.on_update_end(trainer, pl_module, outputs)
+
+    def on_update_end(self, trainer: L.Trainer, pl_module: Any, loss: Any) -> None:
+        """After every update, before the next collection (``rl_lightning.callbacks.updates``)."""
         pl_module.epsilon = self.value(pl_module.env_steps, self._run_env_steps)

@@ -8,6 +8,7 @@ import lightning as L
 
 from rl_lightning._checks import check_float, check_int
 from rl_lightning.callbacks.schedule import linear_schedule, planned_env_steps
+from rl_lightning.callbacks.updates import runs_update_hooks
 from rl_lightning.protocols import RLModuleProtocol, require
 
 
@@ -52,6 +53,11 @@ class LinearLRDecay(L.Callback):
         self._initial_lrs = list(state_dict["initial_lrs"])
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx) -> None:
+        if not runs_update_hooks(pl_module):  # a module of yours: one update per training step
+            self.on_update_start(trainer, pl_module)
+
+    def on_update_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Before every update, its data collected (``rl_lightning.callbacks.updates``)."""
         progress = pl_module.env_steps_before_batch / self._total_env_steps
         for group, lr in zip(trainer.optimizers[0].param_groups, self._initial_lrs, strict=True):
             group["lr"] = linear_schedule(lr, self.lr_end, self.lr_frac, progress)

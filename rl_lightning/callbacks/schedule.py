@@ -21,6 +21,19 @@ def linear_schedule(start: float, end: float, fraction: float, progress: float) 
     return start + ramp * (end - start)
 
 
+def planned_updates(trainer: L.Trainer, pl_module: object) -> float:
+    """The run's optimizer updates (``inf``: unbounded): ``max_steps``, or ``max_epochs`` epochs of an rl_lightning
+    module's ``len(source)`` updates (Lightning's ``estimated_stepping_batches`` counts training steps, each of
+    which runs several updates); for another module, Lightning's estimate."""
+    if not getattr(pl_module, "runs_update_hooks", False):
+        return trainer.estimated_stepping_batches
+    trainer.estimated_stepping_batches  # noqa: B018 (builds the data source where it is not built yet)
+    by_steps = math.inf if trainer.max_steps == -1 else trainer.max_steps
+    epochs = trainer.max_epochs
+    by_epochs = math.inf if epochs in (None, -1) else epochs * len(pl_module.source)
+    return float(min(by_steps, by_epochs))
+
+
 def planned_env_steps(trainer: L.Trainer, pl_module: RLModuleProtocol, who: str) -> float:
     """The run's environment steps, all processes: ``pl_module.planned_env_steps`` of the Trainer's
     optimizer steps (random warm-up included).
@@ -28,7 +41,7 @@ def planned_env_steps(trainer: L.Trainer, pl_module: RLModuleProtocol, who: str)
     Raises:
         ValueError: for a run without ``max_steps`` or ``max_epochs`` (naming the callback ``who``).
     """
-    optimizer_steps = trainer.estimated_stepping_batches
+    optimizer_steps = planned_updates(trainer, pl_module)
     if not math.isfinite(optimizer_steps):
         raise ValueError(
             f"{who} needs the run's length: set Trainer(max_steps=...) or max_epochs, "

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from rl_lightning._checks import check_float, check_int
+from rl_lightning.callbacks.updates import runs_update_hooks
 from rl_lightning.protocols import TargetNetworkProtocol, require
 
 
@@ -97,6 +98,11 @@ class TargetNetworkSync(L.Callback):
             self._last_period = pl_module.env_steps // self.every_n_env_steps
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if not runs_update_hooks(pl_module):  # a module of yours: one update per training step
+            self.on_update_end(trainer, pl_module, outputs)
+
+    def on_update_end(self, trainer: L.Trainer, pl_module: Any, loss: Any) -> None:
+        """After every update (``rl_lightning.callbacks.updates``)."""
         if self.every_n_env_steps is not None:
             period = pl_module.env_steps // self.every_n_env_steps
             if period == self._last_period:

@@ -23,6 +23,7 @@ from PIL import Image
 from torch import Tensor, nn
 
 from rl_lightning._checks import check_int, check_seed
+from rl_lightning.callbacks.updates import runs_update_hooks
 from rl_lightning.data.rollout import first_episode_stats
 from rl_lightning.playing import play_greedy
 from rl_lightning.protocols import RLModuleProtocol, require
@@ -310,6 +311,11 @@ class GridVideoLogger(L.Callback):
         self._cancelled.clear()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
+        if not runs_update_hooks(pl_module):  # a module of yours: one update per training step
+            self.on_update_end(trainer, pl_module, outputs)
+
+    def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Any) -> None:
+        """After every update (``rl_lightning.callbacks.updates``): a clip when one is due."""
         if not trainer.is_global_zero:
             return
         self._collect()  # first: a background clip that could not render disables the videos

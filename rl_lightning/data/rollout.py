@@ -329,6 +329,16 @@ class RolloutSource(EnvSource):
         collection.position += 1
         return self._batch(collection)
 
+    def skip_rest_of_rollout(self) -> int:
+        """Drop the newest rollout's remaining batches (PPO's ``target_kl``): the stream's next batch is the first
+        of a new rollout. Returns how many were dropped."""
+        collection = self.collection
+        if collection is None:
+            return 0
+        skipped = max(self.batches_per_rollout - 1 - collection.position, 0)
+        collection.position = max(collection.position, self.batches_per_rollout - 1)
+        return skipped
+
     def _batch(self, collection: RolloutCollection) -> RolloutTensors:
         """The training batch at ``collection.position``: a slice of envs (views)."""
         # Batch i of k over n envs, as torch.tensor_split cuts them (equal where k divides n).
