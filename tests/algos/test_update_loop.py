@@ -18,10 +18,10 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-
-from rl_lightning import DQNModule, PPOModule, SACModule, VPGModule
 from loop_fingerprint import CASES, differences, fingerprint
 from quiet_trainer import quiet_trainer
+
+from rl_lightning import DQNModule, PPOModule, SACModule, VPGModule
 
 ROOT = Path(__file__).resolve().parents[2]
 
