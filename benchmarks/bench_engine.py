@@ -168,6 +168,10 @@ class _WindowCallback(L.Callback):
         self.window = window
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if not getattr(pl_module, "runs_update_hooks", False):  # the bare Lightning step: one update per step
+            self.window.after_update(trainer.global_step, _env_steps(pl_module))
+
+    def on_update_end(self, trainer: L.Trainer, pl_module: Any, loss: Any) -> None:  # an RL module's every update
         self.window.after_update(trainer.global_step, _env_steps(pl_module))
 
     def on_train_end(self, trainer: L.Trainer, pl_module: Any) -> None:

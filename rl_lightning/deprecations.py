@@ -127,3 +127,31 @@ def same_value(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:  # values without a plain truth value (arrays): differ
         return False
+
+
+def keyword_only(init: F) -> F:
+    """``init`` (keyword-only after ``self``) also taking its arguments positionally, in the order of its former
+    positional signature, with a ``DeprecationWarning`` saying to pass them by name (a layer's constructor, e.g.
+    ``OffPolicyModule.__init__``, which subclasses used to call with 15 positional arguments)."""
+    names = [p.name for p in inspect.signature(init).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    owner = init.__qualname__.rsplit(".", 1)[0]
+
+    @functools.wraps(init)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
+        if args:
+            if len(args) > len(names):
+                raise TypeError(f"{owner}() takes at most {len(names)} arguments, got {len(args)} positional")
+            given = dict(zip(names, args, strict=False))
+            twice = sorted(set(given) & set(kwargs))
+            if twice:
+                raise TypeError(f"{owner}() got {', '.join(twice)} both positionally and by name")
+            warnings.warn(
+                f"{owner}(...) with positional arguments is deprecated: pass them by name "
+                f"({', '.join(f'{name}=...' for name in given)})",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            kwargs = {**given, **kwargs}
+        init(self, **kwargs)
+
+    return wrapper  # type: ignore[return-value]

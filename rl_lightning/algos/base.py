@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, ClassVar
@@ -103,6 +104,8 @@ class RLModule(L.LightningModule):
         # The subclass's __init__ also takes the former names (rl_lightning.deprecations.wrap_init: the signature,
         # the hparams and an unknown keyword's TypeError stay the real ones).
         super().__init_subclass__(**kwargs)
+        if "training_step" in vars(cls) and "update_loss" not in vars(cls):
+            _adopt_training_step_as_update_loss(cls)
         if cls.renamed_hyperparameters and ("__init__" in vars(cls) or "renamed_hyperparameters" in vars(cls)):
             cls.__init__ = wrap_init(cls.__init__, cls.renamed_hyperparameters, cls.__name__)
 
@@ -336,7 +339,8 @@ class RLModule(L.LightningModule):
         Called by hand with a data batch (a ``RolloutTensors``, ``PPOBatch``, ``ReplayBufferSamples``) instead
         of Lightning's ticket, it returns that batch's loss (``update_loss``) and updates nothing."""
         if not isinstance(batch, TrainingStep):
-            return self.update_loss(batch)
+            legacy = self.__dict__.get("_legacy_update_loss")  # inside a former-style training_step's super() call
+            return legacy(batch) if legacy is not None else self.update_loss(batch)
         trainer, source = self.trainer, batch.source
         per_step, done = self.updates_per_training_step, trainer.global_step
         # The updates left in this training step: up to the next multiple of updates_per_training_step within the
@@ -680,6 +684,33 @@ class RLModule(L.LightningModule):
         """Raise ``ValueError`` if ``checkpoint`` was saved by another algorithm, for another env, with
         other network shapes or (a resume) another ``num_envs``."""
         check_checkpoint_fits(checkpoint, self.algorithm_name(), self.hparams, self.state_dict())
+
+
+def _adopt_training_step_as_update_loss(cls: type) -> None:
+    """A subclass written before the update loop moved into the training step overrides ``training_step(batch,
+    batch_idx)`` as the algorithm's update (calling ``super().training_step(batch, batch_idx)`` for the parent's
+    loss): it keeps working, as that class's ``update_loss`` (``batch_idx``: the update's index in its epoch), with
+    a ``DeprecationWarning`` saying what to write instead."""
+    step = vars(cls)["training_step"]
+    warnings.warn(
+        f"{cls.__name__}.training_step(batch, batch_idx) as the algorithm's update is deprecated: define "
+        "update_loss(batch) instead (and call super().update_loss(batch) for the parent's loss); a training step now "
+        "runs several updates (rl_lightning.callbacks.updates)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+    def update_loss(self: Any, batch: Any) -> Tensor:
+        previous = self.__dict__.get("_legacy_update_loss")
+        object.__setattr__(self, "_legacy_update_loss", super(cls, self).update_loss)
+        try:
+            index = self.trainer.global_step % len(self.source) if self._attached and self.source is not None else 0
+            return step(self, batch, index)
+        finally:
+            object.__setattr__(self, "_legacy_update_loss", previous)
+
+    cls.update_loss = update_loss
+    cls.training_step = RLModule.training_step
 
 
 def _count_optimizer_steps(trainer: L.Trainer, count: int) -> None:

@@ -35,6 +35,7 @@ from rl_lightning._checks import check_bool, check_int
 from rl_lightning.algos.base import RLModule
 from rl_lightning.checkpoints import gather_over_ranks
 from rl_lightning.data.replay import ReplayBufferSamples, ReplaySource, check_buffer_settings
+from rl_lightning.deprecations import keyword_only
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.seeding import derive_seed
 
@@ -109,6 +110,7 @@ class OffPolicyModule(RLModule):
             Lightning's per-step cost (~0.35 ms) less often. ``global_step`` and ``max_steps`` count updates.
     """
 
+    @keyword_only
     def __init__(
         self,
         *,

@@ -23,6 +23,7 @@ import lightning as L
 
 from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
+from rl_lightning.deprecations import keyword_only
 
 
 class OnPolicyModule(RLModule):
@@ -42,6 +43,7 @@ class OnPolicyModule(RLModule):
 
     log_per_epoch = True
 
+    @keyword_only
     def __init__(
         self,
         *,

@@ -24,14 +24,14 @@ def compiled_acting_on_cpu(monkeypatch):
 
 
 class _Record(L.Callback):
-    """Every training step's loss, and the first rollout's actions."""
+    """Every update's loss, and the first rollout's actions."""
 
     def __init__(self):
         self.losses: list[torch.Tensor] = []
         self.first_actions: torch.Tensor | None = None
 
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.losses.append(outputs["loss"].detach().clone())
+    def on_update_end(self, trainer, module, loss):
+        self.losses.append(loss.clone())
         if self.first_actions is None:
             self.first_actions = module.source.collection.rollout.actions.clone()
 

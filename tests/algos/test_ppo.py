@@ -131,15 +131,15 @@ def test_recorded_logprobs_belong_to_the_weights_after_the_previous_rollouts_las
 
 
 class _CountUpdates(L.Callback):
-    """Counts the training steps after which the parameters changed."""
+    """Counts the updates after which the parameters changed (per-update hooks)."""
 
     def __init__(self):
         self.updates = 0
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+    def on_update_start(self, trainer, pl_module):
         self.before = torch.cat([p.detach().flatten().clone() for p in pl_module.parameters()])
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def on_update_end(self, trainer, pl_module, loss):
         after = torch.cat([p.detach().flatten() for p in pl_module.parameters()])
         self.updates += int(not torch.equal(self.before, after))
 

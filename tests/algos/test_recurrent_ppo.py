@@ -101,18 +101,22 @@ def test_act_takes_and_returns_the_state_and_zeroes_it_where_an_episode_starts()
 
 
 def test_a_recurrent_run_resumes_exactly_from_a_checkpoint_in_the_middle_of_a_rollout(tmp_path):
-    def fit(root, max_steps, ckpt_path=None, stop_at=None):
-        class StopAt(L.Callback):
-            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-                if stop_at is not None and trainer.global_step == stop_at:
-                    trainer.should_stop = True
+    """A checkpoint written between two updates of a rollout (a per-update hook of the training step that runs
+    the rollout's 4 updates) resumes there: the resumed run finishes that rollout's updates, then goes on."""
+
+    def fit(root, max_steps, ckpt_path=None, save_at=None):
+        class SaveAt(L.Callback):
+            def on_update_end(self, trainer, pl_module, loss):
+                if save_at is not None and trainer.global_step == save_at:
+                    trainer.save_checkpoint(root / "last.ckpt")
+                    trainer.should_stop = True  # after this training step (the rollout's last 2 updates)
 
         module = PPOModule(**{**MEMORY, "recurrent": "lstm", "num_envs": 4, "num_minibatches": 2, "update_epochs": 2})
-        checkpoint = ModelCheckpoint(dirpath=root, filename="last", every_n_train_steps=3)
         trainer = L.Trainer(
             max_steps=max_steps,
             logger=False,
-            callbacks=[checkpoint, StopAt()],
+            enable_checkpointing=False,
+            callbacks=[SaveAt()],
             enable_progress_bar=False,
             enable_model_summary=False,
         )
@@ -120,7 +124,7 @@ def test_a_recurrent_run_resumes_exactly_from_a_checkpoint_in_the_middle_of_a_ro
         return module
 
     straight = fit(tmp_path / "straight", 12)
-    fit(tmp_path / "split", 12, stop_at=7)  # last checkpoint at step 6: mid-rollout (4 per rollout)
+    fit(tmp_path / "split", 12, save_at=6)  # a checkpoint at update 6: mid-rollout (4 per rollout)
     resumed = fit(tmp_path / "split", 12, ckpt_path=tmp_path / "split" / "last.ckpt")
     assert resumed.env_steps == straight.env_steps
     for a, b in zip(resumed.parameters(), straight.parameters(), strict=True):

@@ -40,7 +40,7 @@ def test_actions_are_in_the_bounds_greedy_is_the_mode_and_numpy_gives_numpy(cls)
 
 
 class _RecordUpdates(L.Callback):
-    """Per training step: the learning rate, the actor's and target critic's weights after the step."""
+    """Per update: the learning rate, the actor's and target critic's weights after the update."""
 
     def __init__(self):
         self.lrs, self.actor, self.target = [], [], []
@@ -48,7 +48,7 @@ class _RecordUpdates(L.Callback):
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         self.lrs.append([group["lr"] for group in optimizer.param_groups])
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def on_update_end(self, trainer, pl_module, loss):
         self.actor.append(torch.cat([p.detach().flatten() for p in pl_module.actor.parameters()]).clone())
         self.target.append(torch.cat([p.detach().flatten() for p in pl_module.target_critic.parameters()]).clone())
 

@@ -57,7 +57,7 @@ class Record(L.Callback):
 
         envs.step = counting_step
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+    def on_update_start(self, trainer, pl_module):  # every update, its data collected
         self.schedule.append((pl_module.env_steps, pl_module.epsilon))
 
     def on_train_end(self, trainer, pl_module):

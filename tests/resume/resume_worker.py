@@ -66,7 +66,7 @@ class KillAt(L.Callback):
     def __init__(self, step: int):
         self.step = step
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def on_update_end(self, trainer, pl_module, loss):  # after update K, inside its training step
         if trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
 

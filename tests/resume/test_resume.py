@@ -24,7 +24,7 @@ class _StopAt(L.Callback):
         self.step = step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.global_step == self.step:
+        if trainer.global_step >= self.step:
             trainer.should_stop = True
 
 
@@ -76,9 +76,9 @@ def test_resume_from_last_gives_the_same_weights_as_training_straight(tmp_path, 
 
 @pytest.mark.parametrize("algo", ["ppo", "vpg_split"])
 def test_a_checkpoint_in_the_middle_of_a_rollout_resumes_exactly(tmp_path, algo):
-    """A checkpoint every 3 optimizer steps lands between two minibatches of a rollout (PPO: 4
-    per rollout; VPG split into 2 batches used twice): the rollout's pending minibatches are in
-    the checkpoint, so the resumed run trains on exactly the data an uninterrupted one does."""
+    """A checkpoint every 3 updates, written between two updates of a rollout's training step (PPO: 4 per
+    rollout; VPG split into 2 batches used twice): the rollout's pending minibatches are in the checkpoint, so
+    the resumed run finishes that rollout's updates on exactly the data an uninterrupted one does."""
 
     def module():
         if algo == "ppo":
@@ -92,10 +92,20 @@ def test_a_checkpoint_in_the_middle_of_a_rollout_resumes_exactly(tmp_path, algo)
             seed=5,
         )
 
+    class Every3(L.Callback):
+        def __init__(self, root, stop_at):
+            self.root, self.stop_at = root, stop_at
+
+        def on_update_end(self, trainer, pl_module, loss):
+            if trainer.global_step % 3 == 0:
+                trainer.save_checkpoint(self.root / "checkpoints" / "last.ckpt")
+            if self.stop_at is not None and trainer.global_step == self.stop_at:
+                trainer.should_stop = True  # after this training step
+
     def fit(root, max_steps, ckpt_path=None, stop_at=None):
-        every3 = ModelCheckpoint(dirpath=root / "checkpoints", filename="last", every_n_train_steps=3)
-        callbacks = [every3] + ([_StopAt(stop_at)] if stop_at else [])
+        callbacks = [Every3(root, stop_at)]
         trainer = L.Trainer(
+            enable_checkpointing=False,
             max_steps=max_steps,
             default_root_dir=root,
             logger=False,
@@ -108,7 +118,7 @@ def test_a_checkpoint_in_the_middle_of_a_rollout_resumes_exactly(tmp_path, algo)
         return fitted
 
     straight = fit(tmp_path / "straight", 14)
-    fit(tmp_path / "split", 14, stop_at=7)  # the last checkpoint is at step 6, mid-rollout
+    fit(tmp_path / "split", 14, stop_at=5)  # the last checkpoint is at update 6, mid-rollout (the rollout ends at 8)
     checkpoint = torch.load(tmp_path / "split" / "checkpoints" / "last.ckpt", weights_only=False)
     source_state = checkpoint["rl_lightning"]["sources"][0]
     assert checkpoint["global_step"] == 6
