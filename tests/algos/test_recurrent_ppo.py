@@ -4,7 +4,6 @@ whole sequences from it, and memory is what solves a partially observed task."""
 import lightning as L
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 
 from rl_lightning import PPOModule
 from rl_lightning.callbacks import evaluate_policy
