@@ -1,6 +1,15 @@
 """rl_lightning: reinforcement learning written as ordinary PyTorch Lightning."""
 
-from rl_lightning.algos import DQNModule, OffPolicyModule, PPOModule, RLModule, SACModule, TD3Module, VPGModule
+from rl_lightning.algos import (
+    DQNModule,
+    OffPolicyModule,
+    OnPolicyModule,
+    PPOModule,
+    RLModule,
+    SACModule,
+    TD3Module,
+    VPGModule,
+)
 from rl_lightning.callbacks.evaluation import EvalResult, evaluate_policy
 from rl_lightning.envs import (
     Acrobot,
@@ -33,6 +42,7 @@ __all__ = [
     "MountainCar",
     "MountainCarContinuous",
     "OffPolicyModule",
+    "OnPolicyModule",
     "PPOModule",
     "Pendulum",
     "PolicyNetwork",

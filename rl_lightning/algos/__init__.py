@@ -3,6 +3,7 @@
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.dqn import DQNModule
 from rl_lightning.algos.off_policy import OffPolicyModule
+from rl_lightning.algos.on_policy import OnPolicyModule
 from rl_lightning.algos.ppo import PPOModule
 from rl_lightning.algos.sac import SACModule
 from rl_lightning.algos.td3 import TD3Module
@@ -15,6 +16,7 @@ __all__ = [
     "ALGORITHMS",
     "DQNModule",
     "OffPolicyModule",
+    "OnPolicyModule",
     "PPOModule",
     "RLModule",
     "SACModule",

@@ -173,3 +173,38 @@ def test_lightnings_private_counters_the_loop_uses_are_there():
     progress = trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
     assert callable(progress.increment_by)
     assert callable(trainer._logger_connector.log_metrics)
+
+
+def test_a_former_style_training_step_override_keeps_working_with_a_deprecation_warning():
+    """A subclass written for the loop of one update per training step overrides training_step(batch, batch_idx)
+    and calls super(): it is that class's update_loss now (batch_idx: the update's index in its epoch), warned."""
+    with pytest.warns(DeprecationWarning, match=r"training_step\(batch, batch_idx\).*update_loss\(batch\)"):
+
+        class Recording(DQNModule):
+            def training_step(self, batch, batch_idx):
+                self.seen.append((batch_idx, batch.obs.shape[0]))
+                return super().training_step(batch, batch_idx)
+
+    module = Recording(num_envs=2, learning_starts=20, batch_size=8, steps_per_epoch=4, updates_per_step=2, seed=1)
+    module.seen = []
+    quiet_trainer(max_steps=6).fit(module)
+    assert module.seen == [(0, 8), (1, 8), (2, 8), (3, 8), (0, 8), (1, 8)]
+    plain = DQNModule(num_envs=2, learning_starts=20, batch_size=8, steps_per_epoch=4, updates_per_step=2, seed=1)
+    quiet_trainer(max_steps=6).fit(plain)
+    assert torch.equal(module.q_network.head.weight, plain.q_network.head.weight)  # the same updates
+
+
+def test_the_layers_take_positional_arguments_with_a_deprecation_warning():
+    from rl_lightning import OffPolicyModule
+
+    class Positional(DQNModule):
+        def __init__(self):
+            OffPolicyModule.__init__(
+                self, "CartPole-v1", 2, 1, "auto", None, 100, 8, 20, 1, 1, 10, 0.99, 1, True, False, None
+            )
+
+    with pytest.warns(DeprecationWarning, match=r"positional arguments is deprecated: pass them by name"):
+        module = Positional()
+    assert module.replay.buffer_size == 100 and module.replay.learning_starts == 20
+    with pytest.raises(TypeError, match="both positionally and by name"):
+        OffPolicyModule.__init__(module, "CartPole-v1", env_id="CartPole-v1")
