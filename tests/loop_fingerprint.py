@@ -134,9 +134,10 @@ class RecordingLogger(Logger):
         pass
 
 
-def fingerprint(name: str, **overrides: Any) -> dict[str, Any]:
-    """Fit case ``name`` (``overrides`` replace its hyper-parameters) and return its record: weights, optimizer
-    state, env steps, global step, epoch, every logged metric, every generator's state."""
+def fingerprint(name: str, callbacks: tuple[L.Callback, ...] = (), **overrides: Any) -> dict[str, Any]:
+    """Fit case ``name`` (``overrides`` replace its hyper-parameters, ``callbacks`` join the Trainer's) and return
+    its record: weights, optimizer state, env steps, global step, epoch, every logged metric, every generator's
+    state."""
     cls, hparams, max_steps = CASES[name]
     module = cls(**{**hparams, **overrides})
     logger = RecordingLogger()
@@ -147,7 +148,10 @@ def fingerprint(name: str, **overrides: Any) -> dict[str, Any]:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[] if "anneal_lr" in inspect.signature(cls).parameters else [LinearLRDecay(1e-4, 0.5)],
+        callbacks=[
+            *callbacks,
+            *([] if "anneal_lr" in inspect.signature(cls).parameters else [LinearLRDecay(1e-4, 0.5)]),
+        ],
     )
     trainer.fit(module)
     source = module.source

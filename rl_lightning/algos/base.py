@@ -158,6 +158,7 @@ class RLModule(L.LightningModule):
         self.automatic_optimization = False
         self._gradient_clipping: tuple[float, str] | None = None  # Trainer(gradient_clip_val=...), taken over
         self._update_callbacks: tuple[list[Any], list[Any]] = ([], [])  # (on_update_start, on_update_end) owners
+        self._direct_steps = False  # step the optimizer without Lightning's manual path (_can_step_directly)
 
     # -- what a subclass provides ----------------------------------------------------------
 
@@ -351,6 +352,8 @@ class RLModule(L.LightningModule):
         if trainer.max_steps >= 0:
             updates = min(updates, trainer.max_steps - done)
         optimizer = self.optimizers()
+        direct = self._direct_steps
+        raw = optimizer.optimizer if direct else None
         starts, ends = self._update_callbacks
         loss = None
         while updates > 0:
@@ -358,9 +361,16 @@ class RLModule(L.LightningModule):
             for callback in starts:
                 callback.on_update_start(trainer, self)
             loss = self.update_loss(data)
-            optimizer.zero_grad()
-            self.manual_backward(loss)
-            optimizer.step()  # clips first: on_before_optimizer_step
+            if direct:  # what Lightning's manual path does here, without its hook dispatch (_can_step_directly)
+                raw.zero_grad()
+                loss.backward()
+                self.on_before_optimizer_step(raw)
+                raw.step()
+                _count_optimizer_steps(trainer, 1)
+            else:
+                optimizer.zero_grad()
+                self.manual_backward(loss)
+                optimizer.step()  # clips first: on_before_optimizer_step
             loss = loss.detach()
             for callback in ends:
                 callback.on_update_end(trainer, self, loss)
@@ -371,6 +381,26 @@ class RLModule(L.LightningModule):
                 _count_optimizer_steps(trainer, skipped)
                 updates -= skipped
         return loss
+
+    def _can_step_directly(self) -> bool:
+        """Whether an update may call ``loss.backward()`` and the optimizer's ``step`` itself, and count the step
+        in ``global_step``, instead of going through Lightning's manual-optimisation path (its strategy, precision
+        plugin and hook dispatch cost more than a small network's backward): on one device in float32, where
+        neither a callback nor the module overrides a hook that path would call (``on_before_backward``,
+        ``on_after_backward``, ``on_before_optimizer_step``, ``backward``). The same arithmetic either way:
+        ``tests/algos/test_update_loop.py`` checks both paths give the same run."""
+        from lightning.pytorch.strategies import SingleDeviceStrategy
+
+        trainer = self.trainer
+        if type(trainer.strategy) is not SingleDeviceStrategy or str(trainer.precision) not in ("32-true", "32"):
+            return False
+        hooks = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
+        for callback in trainer.callbacks:
+            if any(getattr(type(callback), hook) is not getattr(L.Callback, hook) for hook in hooks):
+                return False
+        own = {"on_before_backward": L.LightningModule, "on_after_backward": L.LightningModule}
+        own |= {"backward": L.LightningModule, "on_before_optimizer_step": RLModule}
+        return all(getattr(type(self), hook) is getattr(owner, hook) for hook, owner in own.items())
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # After the gradients are unscaled (16-mixed), before the step: clip to max_grad_norm or the Trainer's value.
@@ -565,6 +595,7 @@ class RLModule(L.LightningModule):
             [c for c in callbacks if callable(getattr(c, "on_update_end", None))],
         )
         check_update_boundaries(self.trainer, self.updates_per_training_step)
+        self._direct_steps = self._can_step_directly()
 
     # -- checkpoints ----------------------------------------------------------------------
 

@@ -38,6 +38,27 @@ def test_k_updates_per_training_step_give_the_run_of_one(name, updates_per_step)
     assert len(one["metrics"]) >= 10
 
 
+class WatchesBackward(L.Callback):
+    """A callback with a backward hook: the updates then go through Lightning's manual-optimisation path."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def on_after_backward(self, trainer, pl_module):
+        self.calls += 1
+
+
+@pytest.mark.parametrize("name", ["vpg", "ppo", "dqn", "td3"])
+def test_stepping_directly_and_through_lightnings_path_give_the_same_run(name):
+    """Where no hook needs Lightning's manual-optimisation path (one device, float32), an update calls backward and
+    the optimizer's step itself (RLModule._can_step_directly): the same run, bit for bit, as through that path,
+    whose hooks then run at every update."""
+    watcher = WatchesBackward()
+    through_lightning = fingerprint(name, callbacks=(watcher,))
+    assert watcher.calls > 0
+    assert differences(fingerprint(name), through_lightning) == []
+
+
 def test_k_updates_give_the_same_run_under_the_default_cpu_kernels():
     """The same identity under ATEN_CPU_CAPABILITY=default (other float rounding, the same loop)."""
     code = (
