@@ -193,7 +193,10 @@ def test_lightnings_private_counters_the_loop_uses_are_there():
     trainer = quiet_trainer(max_steps=1)
     progress = trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
     assert callable(progress.increment_by)
-    assert callable(trainer._logger_connector.log_metrics)
+    connector = trainer._logger_connector
+    assert callable(connector.log_metrics)
+    for name in ("_callback_metrics", "_logged_metrics", "_progress_bar_metrics"):
+        assert isinstance(getattr(connector, name), dict), name
 
 
 def test_a_former_style_training_step_override_keeps_working_with_a_deprecation_warning():
