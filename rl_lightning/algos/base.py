@@ -159,6 +159,7 @@ class RLModule(L.LightningModule):
         self._gradient_clipping: tuple[float, str] | None = None  # Trainer(gradient_clip_val=...), taken over
         self._update_callbacks: tuple[list[Any], list[Any]] = ([], [])  # (on_update_start, on_update_end) owners
         self._direct_steps = False  # step the optimizer without Lightning's manual path (_can_step_directly)
+        self._step_updates = 1  # updates per training step in this run (updates_per_step_for)
 
     # -- what a subclass provides ----------------------------------------------------------
 
@@ -301,7 +302,12 @@ class RLModule(L.LightningModule):
         if self.source is None or self.source.device != self.device:
             self.source = self._build_source()
         # Tickets, not data: each training step pulls its updates' batches from the source (rl_lightning.data.steps).
-        return DataLoader(TrainingSteps(self.source, self.updates_per_training_step), batch_size=None, num_workers=0)
+        self._step_updates = (
+            updates_per_step_for(self.trainer, self.updates_per_training_step)
+            if self._attached
+            else self.updates_per_training_step
+        )
+        return DataLoader(TrainingSteps(self.source, self._step_updates), batch_size=None, num_workers=0)
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         # The sources build their batches on the module's device: no walk over the batch's tensors.
@@ -343,7 +349,7 @@ class RLModule(L.LightningModule):
             legacy = self.__dict__.get("_legacy_update_loss")  # inside a former-style training_step's super() call
             return legacy(batch) if legacy is not None else self.update_loss(batch)
         trainer, source = self.trainer, batch.source
-        per_step, done = self.updates_per_training_step, trainer.global_step
+        per_step, done = self._step_updates, trainer.global_step
         # The updates left in this training step: up to the next multiple of updates_per_training_step within the
         # epoch (a run resumed from a stop inside a training step finishes it), the epoch's end and max_steps.
         per_epoch = len(source)
@@ -594,7 +600,6 @@ class RLModule(L.LightningModule):
             [c for c in callbacks if callable(getattr(c, "on_update_start", None))],
             [c for c in callbacks if callable(getattr(c, "on_update_end", None))],
         )
-        check_update_boundaries(self.trainer, self.updates_per_training_step)
         self._direct_steps = self._can_step_directly()
 
     # -- checkpoints ----------------------------------------------------------------------
@@ -751,23 +756,25 @@ def _count_optimizer_steps(trainer: L.Trainer, count: int) -> None:
     trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress.increment_by(count)
 
 
-def check_update_boundaries(trainer: L.Trainer, updates_per_step: int) -> None:
-    """Refuse a ``ModelCheckpoint(every_n_train_steps=N)`` whose N is not a multiple of the updates of one
-    training step: Lightning checks it after training steps, so it would skip the saves that fall inside one."""
+def updates_per_step_for(trainer: L.Trainer, updates_per_step: int) -> int:
+    """The updates one training step of this run holds: ``updates_per_step``, lowered to its greatest common
+    divisor with every ``ModelCheckpoint(every_n_train_steps=N)``'s N (with a warning): Lightning checks N after
+    training steps, so a save that fell inside one would be skipped."""
     from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.utilities import rank_zero_warn
 
-    if updates_per_step == 1:
-        return
+    chosen = updates_per_step
     for callback in trainer.checkpoint_callbacks:
         every = getattr(callback, "_every_n_train_steps", 0) if isinstance(callback, ModelCheckpoint) else 0
-        if every and every % updates_per_step:
-            multiple = max(every // updates_per_step, 1) * updates_per_step
-            raise ValueError(
-                f"ModelCheckpoint(every_n_train_steps={every}) saves after training steps, and each training step "
-                f"runs {updates_per_step} updates: its saves at updates that are not multiples of {updates_per_step} "
-                f"would be skipped; use every_n_train_steps={multiple}"
-                " (a multiple), every_n_epochs, or one update per training step (updates_per_step=1)"
+        if every and every % chosen:
+            lowered = math.gcd(chosen, every)
+            rank_zero_warn(
+                f"ModelCheckpoint(every_n_train_steps={every}) saves after training steps: {chosen} updates per "
+                f"training step would skip its saves, so this run holds {lowered} (the same run, more of Lightning's "
+                f"per-step cost); a multiple of {chosen} (or every_n_epochs) keeps {chosen}"
             )
+            chosen = lowered
+    return chosen
 
 
 def _other_algorithms(action_kind: str) -> str:

@@ -172,12 +172,24 @@ def test_gradient_clip_val_by_norm_equals_max_grad_norm():
     assert not torch.equal(run(None), run(0.5))
 
 
-def test_a_checkpoint_period_inside_a_training_step_is_refused():
-    module = DQNModule(num_envs=2, learning_starts=20, steps_per_epoch=12, updates_per_step=4, seed=1)
-    checkpoint = ModelCheckpoint(every_n_train_steps=6, dirpath=None)
-    trainer = quiet_trainer(max_steps=12, callbacks=[checkpoint], enable_checkpointing=True)
-    with pytest.raises(ValueError, match=r"every_n_train_steps=6.*use every_n_train_steps=4"):
+def test_a_checkpoint_period_inside_a_training_step_lowers_the_updates_per_training_step(tmp_path):
+    """updates_per_step=4 and a save every 6 updates: the run holds gcd(4, 6) = 2 updates per training step (with
+    a warning), so every save happens, at updates 6 and 12, and the run is the one of 4 per step."""
+    saved = []
+
+    class Saved(L.Callback):
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+            saved.append(trainer.global_step)
+
+    module = DQNModule(num_envs=2, learning_starts=20, steps_per_epoch=100, updates_per_step=4, seed=1)
+    checkpoint = ModelCheckpoint(every_n_train_steps=6, dirpath=tmp_path, save_top_k=-1)
+    trainer = quiet_trainer(max_steps=12, callbacks=[checkpoint, Saved()], enable_checkpointing=True)
+    with pytest.warns(UserWarning, match=r"every_n_train_steps=6.*this run holds 2"):
         trainer.fit(module)
+    assert saved == [6, 12] and trainer.num_training_batches == 50
+    plain = DQNModule(num_envs=2, learning_starts=20, steps_per_epoch=100, updates_per_step=4, seed=1)
+    quiet_trainer(max_steps=12).fit(plain)
+    assert torch.equal(module.q_network.head.weight, plain.q_network.head.weight)
 
 
 def test_updates_per_step_is_checked():
