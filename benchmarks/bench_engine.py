@@ -2,7 +2,7 @@
 update (optimizer step), one interleaved run, for
 
 - ``lightning``: ``Trainer.fit(Module(...))`` as a user runs it (no logger, checkpoints or bar), eager;
-- ``lightning_k8``: the off-policy rows with ``updates_per_step=8`` (8 updates per Lightning training step);
+- ``lightning_k1``: the off-policy rows with ``updates_per_step=1`` (one update per Lightning training step; ``lightning`` runs the default, 10);
 - ``compile``: the same with the module's ``compile=True`` ("n/a" where the algorithm does not take it yet);
 - ``plain``: the same module's own functions in a plain Python loop (the Lightning-free floor):
   ``source.next_batch``, ``training_step``, backward, gradient clipping, ``optimizer_step`` (PPO's target_kl),
@@ -58,8 +58,8 @@ from rl_lightning.callbacks.schedule import linear_schedule
 from rl_lightning.callbacks.target_sync import TargetNetworkSync, update_target_network
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-VARIANTS = ("lightning", "lightning_k8", "compile", "plain", "sb3")
-VARIANT_LABELS = {"compile": "lightning compile=True", "lightning_k8": "lightning updates_per_step=8"}
+VARIANTS = ("lightning", "lightning_k1", "compile", "plain", "sb3")
+VARIANT_LABELS = {"compile": "lightning compile=True", "lightning_k1": "lightning updates_per_step=1"}
 
 
 def config_settings(name: str) -> dict[str, Any]:
@@ -262,11 +262,11 @@ def run_compile(row: Row, updates: int, device: torch.device) -> Measure | None:
     return run_lightning(row, updates, device, compile=True)
 
 
-def run_lightning_k8(row: Row, updates: int, device: torch.device) -> Measure | None:
-    """The off-policy rows with 8 updates per Lightning training step ("n/a" for the others)."""
+def run_lightning_k1(row: Row, updates: int, device: torch.device) -> Measure | None:
+    """The off-policy rows with one update per Lightning training step ("n/a" for the others)."""
     if row.module_class is None or "updates_per_step" not in inspect.signature(row.module_class).parameters:
         return None
-    module = build_module(row, updates_per_step=8)
+    module = build_module(row, updates_per_step=1)
     window = Window(Clock(device), row.warmup_updates(module, updates))
     fit(module, updates, device, [_WindowCallback(window)])
     return window.measure()
@@ -494,7 +494,7 @@ def run_sb3(row: Row, updates: int, device: torch.device) -> Measure | None:
 
 RUNNERS: dict[str, Callable[[Row, int, torch.device], Measure | None]] = {
     "lightning": run_lightning,
-    "lightning_k8": run_lightning_k8,
+    "lightning_k1": run_lightning_k1,
     "compile": run_compile,
     "plain": run_plain,
     "sb3": run_sb3,

@@ -125,7 +125,7 @@ class DQNModule(OffPolicyModule):
         env_kwargs: dict[str, Any] | None = None,
         compile: bool | dict[str, Any] = False,
         frame_replay: bool | None = None,
-        updates_per_step: int = 1,
+        updates_per_step: int = 10,
     ):
         super().__init__(
             env_id=env_id,

@@ -130,7 +130,7 @@ class OffPolicyModule(RLModule):
         checkpoint_buffer: bool,
         compile: bool | dict[str, Any] = False,
         frame_replay: bool | None = None,
-        updates_per_step: int = 1,
+        updates_per_step: int = 10,
     ):
         super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile)
         check_int("updates_per_step", updates_per_step, 1)

@@ -101,7 +101,7 @@ class TD3Module(OffPolicyModule):
         env_backend: str = "auto",
         env_kwargs: dict[str, Any] | None = None,
         compile: bool | dict[str, Any] = False,
-        updates_per_step: int = 1,
+        updates_per_step: int = 10,
     ):
         super().__init__(
             env_id=env_id,
