@@ -40,8 +40,8 @@ class _Recorder(L.Callback):
         self.losses: list[torch.Tensor] = []
         self.returns: list[float] = []
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.losses.append(outputs["loss"].detach())
+    def on_update_end(self, trainer, pl_module, loss):  # every update
+        self.losses.append(loss)
         if isinstance(pl_module, VPGModule):
             self.returns.append(_first_episode_return(pl_module))
 

@@ -25,8 +25,8 @@ class _Losses(L.Callback):
     def __init__(self):
         self.losses = []
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.losses.append(float(outputs["loss"]))
+    def on_update_end(self, trainer, pl_module, loss):  # every update
+        self.losses.append(float(loss))
 
 
 def _fit(module):

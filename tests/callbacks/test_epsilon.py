@@ -74,7 +74,7 @@ def test_decay_spans_the_run_including_the_random_warm_up():
     seen = []
 
     class Spy(L.Callback):
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        def on_update_end(self, trainer, pl_module, loss):  # every update, after EpsilonDecay's
             seen.append((pl_module.env_steps, pl_module.epsilon))
 
     decay = EpsilonDecay(start=1.0, end=0.0, fraction=1.0)
