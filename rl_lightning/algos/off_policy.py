@@ -22,8 +22,9 @@ updates for all of them.
 
 from __future__ import annotations
 
+import inspect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import gymnasium as gym
@@ -132,6 +133,7 @@ class OffPolicyModule(RLModule):
         frame_replay: bool | None = None,
         updates_per_step: int = 10,
     ):
+        values = locals()
         super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile)
         check_int("updates_per_step", updates_per_step, 1)
         if frame_replay is not None:
@@ -151,21 +153,16 @@ class OffPolicyModule(RLModule):
         check_warmup_settings(learning_starts, num_envs, n_step, train_freq)
         self._num_envs = num_envs
         #: The replay settings of the layer.
-        self.replay = ReplaySettings(
-            buffer_size=buffer_size,
-            batch_size=batch_size,
-            learning_starts=learning_starts,
-            train_freq=train_freq,
-            gradient_steps=gradient_steps,
-            steps_per_epoch=steps_per_epoch,
-            gamma=gamma,
-            n_step=n_step,
-            checkpoint_buffer=checkpoint_buffer,
-            frame_replay=frame_replay,
-            updates_per_step=updates_per_step,
-        )
+        self.replay = ReplaySettings(**{f.name: values[f.name] for f in fields(ReplaySettings)})
         self._update_generator: torch.Generator | None = None
         self._update_generator_state: Tensor | None = None  # from a checkpoint, until the generator exists
+
+    @classmethod
+    def layer_arguments(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """The layer's own arguments among an algorithm's constructor arguments ``values`` (its ``locals()``), for
+        ``super().__init__(**OffPolicyModule.layer_arguments(locals()))``: an algorithm does not repeat the list."""
+        names = inspect.signature(OffPolicyModule.__init__).parameters
+        return {name: values[name] for name in names if name != "self" and name in values}
 
     # -- what an algorithm provides ----------------------------------------------------------------
 

@@ -103,24 +103,7 @@ class TD3Module(OffPolicyModule):
         compile: bool | dict[str, Any] = False,
         updates_per_step: int = 10,
     ):
-        super().__init__(
-            env_id=env_id,
-            num_envs=num_envs,
-            seed=seed,
-            env_backend=env_backend,
-            env_kwargs=env_kwargs,
-            buffer_size=buffer_size,
-            batch_size=batch_size,
-            learning_starts=learning_starts,
-            train_freq=train_freq,
-            gradient_steps=gradient_steps,
-            steps_per_epoch=steps_per_epoch,
-            gamma=gamma,
-            n_step=n_step,
-            checkpoint_buffer=checkpoint_buffer,
-            compile=compile,
-            updates_per_step=updates_per_step,
-        )
+        super().__init__(**OffPolicyModule.layer_arguments(locals()))
         check_float("lr", lr, 0.0, low_open=True)
         check_float("tau", tau, 0.0, 1.0, low_open=True)
         check_int("policy_delay", policy_delay, 1)
