@@ -2,7 +2,8 @@
 update (optimizer step), one interleaved run, for
 
 - ``lightning``: ``Trainer.fit(Module(...))`` as a user runs it (no logger, checkpoints or bar), eager;
-- ``lightning_k1``: the off-policy rows with ``updates_per_step=1`` (one update per Lightning training step; ``lightning`` runs the default, 10);
+- ``lightning_k1``: the off-policy rows with ``updates_per_step=1`` (one update per Lightning training step;
+  ``lightning`` runs the default, 10);
 - ``compile``: the same with the module's ``compile=True`` ("n/a" where the algorithm does not take it yet);
 - ``plain``: the same module's own functions in a plain Python loop (the Lightning-free floor):
   ``source.next_batch``, ``training_step``, backward, gradient clipping, ``optimizer_step`` (PPO's target_kl),
