@@ -148,8 +148,8 @@ def per_update_ours(algo: str, updates: int, learning_starts: int) -> float:
     marks: dict[str, float] = {}
 
     class Clock(L.Callback):
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            if batch_idx == 1 and "start" not in marks:  # the warm-up happened in batch 0's collection
+        def on_update_end(self, trainer, pl_module, loss):
+            if trainer.global_step == 1:  # the warm-up happened in update 1's collection
                 marks["start"] = time.process_time()
 
         def on_train_end(self, trainer, pl_module):
