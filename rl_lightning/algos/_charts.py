@@ -35,13 +35,10 @@ class Charts:
 
     def flush(self, module: Any) -> None:
         """Publish this update's metrics (per-step algorithms), at env steps."""
-        if self.progress:
-            publish(module.trainer, {}, self.progress)
-            self.progress = {}
-        if not self.pending:
-            return
-        metrics, self.pending = {**self.pending, "step": float(module.env_steps)}, {}
-        publish(module.trainer, metrics)
+        if self.pending or self.progress:
+            metrics = {**self.pending, "step": float(module.env_steps)} if self.pending else {}
+            publish(module.trainer, metrics, self.progress)
+            self.pending, self.progress = {}, {}
 
     def start(self, env_steps: int) -> None:
         self.last_log = (time.perf_counter(), env_steps)
@@ -61,8 +58,7 @@ class Charts:
             # a training step holds many updates, so the update's metrics are published at the update they belong
             # to (``flush``).
             for name, value in metrics.items():
-                # as self.log stores it: a float becomes a float32 tensor
-                self.pending[name] = value if isinstance(value, Tensor) else torch.tensor(value, dtype=torch.float32)
+                self.pending[name] = _as_tensor(value)
                 if name in prog_bar:
                     self.progress[name] = float(value)
             return
@@ -73,10 +69,7 @@ class Charts:
     def end_epoch(self, module: Any) -> None:
         means = {name: _as_tensor(total / count) for name, (total, count) in self.epoch_metrics.items()}
         self.epoch_metrics.clear()
-        if means:
-            publish(module.trainer, {**means, "step": float(module.env_steps)}, self.progress)
-        elif self.progress:
-            publish(module.trainer, {}, self.progress)
+        publish(module.trainer, {**means, "step": float(module.env_steps)} if means else {}, self.progress)
         self.progress = {}
         # The x-axis of everything written at the epoch's end (charts, evaluation): env steps.
         module.log("step", float(module.env_steps), on_step=False, on_epoch=True, reduce_fx="max", batch_size=1)
@@ -104,6 +97,7 @@ class Charts:
 
 
 def _as_tensor(value: Tensor | float) -> Tensor:
+    """As ``self.log`` stores a value: a float becomes a float32 tensor."""
     return value if isinstance(value, Tensor) else torch.tensor(value, dtype=torch.float32)
 
 

@@ -77,7 +77,7 @@ class ReplaySettings:
     n_step: int
     checkpoint_buffer: bool
     frame_replay: bool | None = None
-    updates_per_step: int = 1
+    updates_per_step: int = 10
 
 
 class OffPolicyModule(RLModule):
