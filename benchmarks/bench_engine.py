@@ -5,6 +5,8 @@ update (optimizer step), one interleaved run, for
 - ``lightning_k1``: the off-policy rows with ``updates_per_step=1`` (one update per Lightning training step;
   ``lightning`` runs the default, 10);
 - ``compile``: the same with the module's ``compile=True`` ("n/a" where the algorithm does not take it yet);
+- ``compile_whole``: the same with ``compile={"whole_update": True}``: loss, backward, clipping, Adam's step and
+  the per-update Polyak update as one compiled function (``rl_lightning.compiling.WholeUpdate``);
 - ``plain``: the same module's own functions in a plain Python loop (the Lightning-free floor):
   ``source.next_batch``, ``training_step``, backward, gradient clipping, ``optimizer_step`` (PPO's target_kl),
   and what the module's callbacks do (PPO's LR annealing, DQN's target copy and epsilon, SAC's Polyak
@@ -59,8 +61,12 @@ from rl_lightning.callbacks.schedule import linear_schedule
 from rl_lightning.callbacks.target_sync import TargetNetworkSync, update_target_network
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-VARIANTS = ("lightning", "lightning_k1", "compile", "plain", "sb3")
-VARIANT_LABELS = {"compile": "lightning compile=True", "lightning_k1": "lightning updates_per_step=1"}
+VARIANTS = ("lightning", "lightning_k1", "compile", "compile_whole", "plain", "sb3")
+VARIANT_LABELS = {
+    "compile": "lightning compile=True",
+    "compile_whole": "lightning whole_update",
+    "lightning_k1": "lightning updates_per_step=1",
+}
 
 
 def config_settings(name: str) -> dict[str, Any]:
@@ -216,8 +222,8 @@ class OneParameter(L.LightningModule):
 # -- the variants --------------------------------------------------------------------------------------
 
 
-def build_module(row: Row, compile: bool = False, **overrides: Any) -> Any:
-    """The row's module, eager (whatever its config says) or with ``compile=True``."""
+def build_module(row: Row, compile: bool | dict = False, **overrides: Any) -> Any:
+    """The row's module, eager (whatever its config says) or with ``compile`` (True or a dict)."""
     if row.module_class is None:
         return OneParameter()
     settings = {**row.settings, **overrides}
@@ -246,7 +252,7 @@ def fit(module: Any, updates: int, device: torch.device, callbacks: list[L.Callb
     return module
 
 
-def run_lightning(row: Row, updates: int, device: torch.device, compile: bool = False) -> Measure | None:
+def run_lightning(row: Row, updates: int, device: torch.device, compile: bool | dict = False) -> Measure | None:
     if compile and not accepts_compile(row):
         return None  # "n/a": the algorithm has no compile hyper-parameter yet
     module = build_module(row, compile)
@@ -261,6 +267,10 @@ def run_lightning(row: Row, updates: int, device: torch.device, compile: bool = 
 
 def run_compile(row: Row, updates: int, device: torch.device) -> Measure | None:
     return run_lightning(row, updates, device, compile=True)
+
+
+def run_compile_whole(row: Row, updates: int, device: torch.device) -> Measure | None:
+    return run_lightning(row, updates, device, compile={"whole_update": True})
 
 
 def run_lightning_k1(row: Row, updates: int, device: torch.device) -> Measure | None:
@@ -497,6 +507,7 @@ RUNNERS: dict[str, Callable[[Row, int, torch.device], Measure | None]] = {
     "lightning": run_lightning,
     "lightning_k1": run_lightning_k1,
     "compile": run_compile,
+    "compile_whole": run_compile_whole,
     "plain": run_plain,
     "sb3": run_sb3,
 }
@@ -595,11 +606,13 @@ def report(rows: list[Row], variants: list[str], results: dict, args: argparse.N
     for row in rows:
         lightning, plain = median(row, "lightning", "ms_per_update"), median(row, "plain", "ms_per_update")
         compiled, sb3 = median(row, "compile", "ms_per_update"), median(row, "sb3", "ms_per_update")
+        whole = median(row, "compile_whole", "ms_per_update")
         parts = []
         if lightning is not None and plain is not None:
             parts.append(f"Lightning's share (lightning vs plain) {100 * (lightning / plain - 1):+.0f}%")
         if sb3 is not None:
-            for name, value in (("lightning", lightning), ("compile=True", compiled), ("plain", plain)):
+            named = (("lightning", lightning), ("compile=True", compiled), ("whole_update", whole), ("plain", plain))
+            for name, value in named:
                 if value is not None:
                     parts.append(f"{name} vs SB3 {sb3 / value:.2f}x")
         if row.key == "ppo_cartpole_4096" and lightning is not None:
@@ -650,7 +663,7 @@ def main() -> None:
         for row in rows:
             updates = results[row.key]["updates"]
             for variant in args.variants:
-                if row.module_class is None and variant in ("compile", "sb3"):
+                if row.module_class is None and variant in ("compile", "compile_whole", "sb3"):
                     measure = None
                 else:
                     measure = RUNNERS[variant](row, updates, device)

@@ -6,7 +6,16 @@ module-level function of the batch's tensors, its networks and plain settings, w
 which is the function itself unless the module was built with ``compile=True`` (or a dict of
 ``torch.compile`` arguments), and then ``torch.compile(function, dynamic=False, **options)``, built on the
 first call (AOTAutograd compiles the backward pass as well). The optimizer step, clipping and logging stay
-Lightning's.
+the loop's (``RLModule.training_step``).
+
+``compile={"whole_update": True}`` compiles the whole update instead (LeanRL's pattern): the loss, its backward
+pass, gradient clipping, Adam's step and a per-update Polyak target update as one function of tensors
+(:class:`WholeUpdate`; dynamo splits it at the backward call, which runs AOTAutograd's compiled backward graph).
+It applies where the loop steps the optimizer itself (one device, float32, no hook on backward or the step:
+``RLModule._can_step_directly``) and the optimizer is Adam or AdamW; elsewhere the run compiles the loss only,
+with a warning saying why. On this project's 2-core CPU it is not faster than the compiled loss followed by Adam's
+fused CPU kernel (``benchmarks/results/engine.md``), so it is not the default; it is the shape CUDA graphs need,
+not yet measured on a GPU here.
 
 Compiling takes seconds (CartPole DQN's loss, forward and backward: about 15 s on one core of this project's
 CPU), spent in the first training step and reported as :attr:`CompiledFunctions.compile_seconds`; inductor
@@ -16,8 +25,10 @@ so a second run of the same shapes compiles in a fraction of that.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -25,25 +36,32 @@ import torch
 
 #: The ``torch.compile`` arguments ``compile={...}`` may give.
 COMPILE_ARGUMENTS = ("backend", "mode", "fullgraph", "dynamic", "options")
+#: rl_lightning's own ``compile={...}`` settings: ``whole_update`` (bool, default False) compiles the whole update
+#: (:class:`WholeUpdate`) instead of its loss only.
+UPDATE_ARGUMENTS = ("whole_update",)
 
 
 def check_compile(value: Any) -> dict[str, Any] | None:
-    """The ``torch.compile`` arguments a ``compile`` hyper-parameter asks for: None for ``False``, ``{}`` for
-    ``True``, the dict itself for a dict of :data:`COMPILE_ARGUMENTS` (``{"mode": "max-autotune"}``,
-    ``{"backend": "aot_eager"}``)."""
+    """The settings a ``compile`` hyper-parameter asks for: None for ``False``, ``{}`` for ``True``, the dict
+    itself for a dict of :data:`COMPILE_ARGUMENTS` and :data:`UPDATE_ARGUMENTS` (``{"mode": "max-autotune"}``,
+    ``{"backend": "aot_eager"}``, ``{"whole_update": True}``)."""
+    allowed = (*COMPILE_ARGUMENTS, *UPDATE_ARGUMENTS)
     if isinstance(value, bool):
         return {} if value else None
     if isinstance(value, dict):
-        unknown = sorted(set(value) - set(COMPILE_ARGUMENTS))
+        unknown = sorted(set(value) - set(allowed))
         if unknown:
             raise ValueError(
-                f"compile got unknown torch.compile arguments {unknown}; allowed: {', '.join(COMPILE_ARGUMENTS)}"
+                f"compile got unknown torch.compile arguments {unknown}; allowed: {', '.join(COMPILE_ARGUMENTS)}, "
+                f"and rl_lightning's {', '.join(UPDATE_ARGUMENTS)}"
             )
+        if "whole_update" in value and not isinstance(value["whole_update"], bool):
+            raise TypeError(f"compile's whole_update must be a bool, got {value['whole_update']!r}")
         _check_mode_and_backend(value)
         return dict(value)
     raise TypeError(
-        f"compile must be a bool or a dict of torch.compile arguments ({', '.join(COMPILE_ARGUMENTS)}), "
-        f"got {type(value).__name__}"
+        f"compile must be a bool or a dict of torch.compile arguments ({', '.join(COMPILE_ARGUMENTS)}) and "
+        f"{', '.join(UPDATE_ARGUMENTS)}, got {type(value).__name__}"
     )
 
 
@@ -100,9 +118,13 @@ class CompiledFunctions:
 
     def __init__(self, options: dict[str, Any] | None):
         self.options = options
+        #: ``torch.compile``'s arguments among ``options``.
+        self.compile_arguments = {k: v for k, v in (options or {}).items() if k not in UPDATE_ARGUMENTS}
         if options is not None:
             use_capability_cache_dir()  # before anything of the run compiles (a native env's step)
         self._functions: dict[Callable[..., Any], Callable[..., Any]] = {}
+        #: The whole update's compiled functions while a run holds them (``RLModule._start_whole_updates``).
+        self.whole_update: WholeUpdate | None = None
         #: Seconds spent in each function's first call: compiling its forward graph, and one run of it
         #: (inductor compiles the backward graph lazily, at the first backward pass: not counted here).
         self.compile_seconds: dict[str, float] = {}
@@ -111,28 +133,222 @@ class CompiledFunctions:
     def enabled(self) -> bool:
         return self.options is not None
 
+    @property
+    def wants_whole_update(self) -> bool:
+        """Whether ``compile={"whole_update": True}`` asked for the whole update compiled."""
+        return bool((self.options or {}).get("whole_update", False))
+
     def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
         if self.options is None:
             return function
         compiled = self._functions.get(function)
         if compiled is None:
             compiled = self._functions[function] = self._first_call_timed(
-                function, torch_compile(function, **self.options)
+                function, None, torch_compile(function, **self.compile_arguments)
             )
         return compiled
 
-    def _first_call_timed(self, function: Callable[..., Any], compiled: Callable[..., Any]) -> Callable[..., Any]:
+    def update(self, loss_function: Callable[..., Any]) -> Callable[..., Any]:
+        """An update's loss function (returning ``(loss, *others)``) as the loop should call it: compiled as
+        :meth:`__call__` compiles it or, while :attr:`whole_update` is held, the whole update around it
+        (:class:`WholeUpdate`: it returns ``(loss.detach(), *others)`` after the optimizer step)."""
+        whole = self.whole_update
+        if whole is None:
+            return self(loss_function)
+        compiled = whole.functions.get(loss_function)
+        if compiled is None:
+            compiled = whole.functions[loss_function] = self._first_call_timed(
+                loss_function, whole.functions, whole(loss_function)
+            )
+        return compiled
+
+    def _first_call_timed(
+        self,
+        function: Callable[..., Any],
+        cache: dict[Callable[..., Any], Callable[..., Any]] | None,
+        compiled: Callable[..., Any],
+    ) -> Callable[..., Any]:
         def first_call(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             result = compiled(*args, **kwargs)
             self.compile_seconds[function.__name__] = time.perf_counter() - start
-            self._functions[function] = compiled  # later calls go straight to the compiled function
+            (self._functions if cache is None else cache)[function] = compiled  # later calls: straight to it
             return result
 
         return first_call
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_functions": {}, "compile_seconds": {}}
+        return {
+            "options": self.options,
+            "compile_arguments": self.compile_arguments,
+            "_functions": {},
+            "compile_seconds": {},
+            "whole_update": None,
+        }
 
     def __deepcopy__(self, memo: dict[int, Any]) -> CompiledFunctions:
         return CompiledFunctions(None if self.options is None else dict(self.options))
+
+
+class WholeUpdate:
+    """One update as one compiled function (LeanRL's pattern), for a loss function ``f(*args) -> (loss, *others)``:
+
+        loss, *others = f(*args); loss.backward(); clip; Adam's step; target <- lerp(target, online, tau)
+
+    (the gradients zeroed before it). Adam's step is written here as a pure function of the parameters, their
+    gradients and the optimizer's own state tensors (``exp_avg``, ``exp_avg_sq``, ``step``, created in Adam's format,
+    so checkpoints and an eager resume see a plain ``torch.optim.Adam``), with the learning rate passed as a tensor:
+    a schedule's new value is a new input, not a recompilation, and modules with the same shapes share the compiled
+    code (no guard on an optimizer object). Dynamo splits the function at ``backward`` (AOTAutograd's compiled
+    backward graph runs there). Each loss function gets its own copy of the function, so its recompilations (other
+    shapes, TD3's actor step) count against its own limit.
+
+    Args:
+        optimizer: the module's optimizer (the torch optimizer, not Lightning's wrapper): ``Adam`` or ``AdamW``
+            (:meth:`unsupported` says why another cannot be).
+        clipping: ``(value, "norm" | "value")`` or None.
+        polyak: ``(targets, onlines, tau)`` of the target networks moved after every update, or None.
+        compile_arguments: ``torch.compile``'s arguments.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        clipping: tuple[float, str] | None,
+        polyak: tuple[list[torch.Tensor], list[torch.Tensor], float] | None,
+        compile_arguments: dict[str, Any],
+    ):
+        self.optimizer = optimizer
+        self.clipping = clipping
+        self.polyak = polyak
+        self.compile_arguments = compile_arguments
+        #: The compiled functions, per loss function (``CompiledFunctions.update``).
+        self.functions: dict[Callable[..., Any], Callable[..., Any]] = {}
+        self._state: list[tuple[list[torch.Tensor], ...]] | None = None
+
+    @staticmethod
+    def unsupported(optimizer: torch.optim.Optimizer) -> str | None:
+        """Why ``optimizer``'s step cannot be the compiled function's (None: it can)."""
+        if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW):
+            return f"its step is Adam's or AdamW's, and the optimizer is {type(optimizer).__name__}"
+        for group in optimizer.param_groups:
+            for option in ("amsgrad", "maximize", "differentiable"):
+                if group.get(option):
+                    return f"its Adam step has no {option}"
+            if isinstance(group["lr"], torch.Tensor):
+                return "its Adam step takes a float learning rate"
+        return None
+
+    def __call__(self, loss_function: Callable[..., Any]) -> Callable[..., Any]:
+        """The whole update around ``loss_function``, compiled."""
+        step = torch_compile(_whole_update_for(loss_function), **self.compile_arguments)
+        optimizer, constants = self.optimizer, self._constants
+
+        def whole_update(*args: Any) -> Any:
+            optimizer.zero_grad(set_to_none=True)
+            lrs = [torch.tensor(float(group["lr"])) for group in optimizer.param_groups]
+            return step(loss_function, args, self._tensors(), lrs, constants, self.clipping, self.polyak)
+
+        return whole_update
+
+    @property
+    def _constants(self) -> tuple[tuple[float, float, float, float, bool], ...]:
+        decoupled = type(self.optimizer) is torch.optim.AdamW
+        return tuple(
+            (*group["betas"], group["eps"], group["weight_decay"], decoupled) for group in self.optimizer.param_groups
+        )
+
+    def _tensors(self) -> list[tuple[list[torch.Tensor], ...]]:
+        """Per param group: its parameters and their ``exp_avg``, ``exp_avg_sq`` and ``step`` (created as Adam
+        creates them where the optimizer has not stepped yet)."""
+        if self._state is None:
+            groups = []
+            for group in self.optimizer.param_groups:
+                params = list(group["params"])
+                for param in params:
+                    state = self.optimizer.state[param]
+                    if not state:
+                        on_device = group.get("fused") or group.get("capturable")
+                        state["step"] = torch.zeros((), dtype=torch.float32, device=param.device if on_device else None)
+                        state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                        state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                states = [self.optimizer.state[param] for param in params]
+                groups.append(
+                    (
+                        params,
+                        [s["exp_avg"] for s in states],
+                        [s["exp_avg_sq"] for s in states],
+                        [s["step"] for s in states],
+                    )
+                )
+            self._state = groups
+        return self._state
+
+
+@functools.cache
+def _whole_update_for(loss_function: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`_whole_update` with a code object of its own for ``loss_function`` (dynamo keeps its compiled code,
+    and its recompilation limit, per code object), the same one for every module: modules of the same shapes
+    share the compiled code."""
+    name = f"whole_update_{loss_function.__name__}"
+    code = _whole_update.__code__.replace(co_name=name)
+    return types.FunctionType(code, _whole_update.__globals__, name)
+
+
+def _whole_update(
+    loss_function: Callable[..., Any],
+    args: tuple[Any, ...],
+    groups: list[tuple[list[torch.Tensor], ...]],
+    lrs: list[torch.Tensor],
+    constants: tuple[tuple[float, float, float, float, bool], ...],
+    clipping: tuple[float, str] | None,
+    polyak: tuple[list[torch.Tensor], list[torch.Tensor], float] | None,
+) -> Any:
+    """:class:`WholeUpdate`'s function (its docstring), of tensors only."""
+    loss, *others = loss_function(*args)
+    loss.backward()
+    parameters = [p for params, *_ in groups for p in params]
+    if clipping is not None:
+        value, algorithm = clipping
+        if algorithm == "value":
+            torch.nn.utils.clip_grad_value_(parameters, value, foreach=True)
+        else:
+            torch.nn.utils.clip_grad_norm_(parameters, value, foreach=True)
+    with torch.no_grad():
+        for (params, exp_avgs, exp_avg_sqs, steps), lr, group_constants in zip(groups, lrs, constants, strict=True):
+            _adam_step(params, exp_avgs, exp_avg_sqs, steps, lr, *group_constants)
+        if polyak is not None:
+            targets, onlines, tau = polyak
+            torch._foreach_lerp_(targets, onlines, tau)
+    return (loss.detach(), *others)
+
+
+def _adam_step(
+    params: list[torch.Tensor],
+    exp_avgs: list[torch.Tensor],
+    exp_avg_sqs: list[torch.Tensor],
+    steps: list[torch.Tensor],
+    lr: torch.Tensor,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    decoupled: bool,
+) -> None:
+    """``torch.optim.Adam`` / ``AdamW``'s step (its single-tensor formula) on the parameters with a gradient."""
+    for param, exp_avg, exp_avg_sq, step in zip(params, exp_avgs, exp_avg_sqs, steps, strict=True):
+        grad = param.grad
+        if grad is None:  # a parameter this loss does not reach (TD3's actor between its delayed steps)
+            continue
+        step.add_(1)
+        if weight_decay:
+            if decoupled:
+                param.mul_(1 - lr * weight_decay)
+            else:
+                grad = grad.add(param, alpha=weight_decay)
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        bias_correction1 = 1 - beta1**step
+        bias_correction2 = 1 - beta2**step
+        denom = (exp_avg_sq.sqrt() / bias_correction2.sqrt()).add_(eps)
+        param.sub_(lr / bias_correction1 * exp_avg / denom)

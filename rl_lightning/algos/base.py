@@ -359,6 +359,7 @@ class RLModule(L.LightningModule):
             updates = min(updates, trainer.max_steps - done)
         optimizer = self.optimizers()
         direct = self._direct_steps
+        whole = self.compiled.whole_update is not None
         raw = optimizer.optimizer if direct else None
         starts, ends = self._update_callbacks
         loss = None
@@ -367,7 +368,15 @@ class RLModule(L.LightningModule):
             for callback in starts:
                 callback.on_update_start(trainer, self)
             loss = self.update_loss(data)
-            if direct:  # what Lightning's manual path does here, without its hook dispatch (_can_step_directly)
+            if whole:  # compile={"whole_update": True}: the compiled function stepped the optimizer
+                if loss.requires_grad:
+                    raise RuntimeError(
+                        f"{type(self).__name__}.update_loss returned a loss with a gradient under "
+                        "compile={'whole_update': True}: its loss function must go through self.compiled.update(...), "
+                        "which steps the optimizer inside the compiled update"
+                    )
+                _count_optimizer_steps(trainer, 1)
+            elif direct:  # what Lightning's manual path does here, without its hook dispatch (_can_step_directly)
                 raw.zero_grad()
                 loss.backward()
                 self.on_before_optimizer_step(raw)
@@ -429,6 +438,7 @@ class RLModule(L.LightningModule):
         trainer.gradient_clip_val, trainer.gradient_clip_algorithm = None, None
 
     def teardown(self, stage: str) -> None:
+        self._end_whole_updates()
         restored = self.__dict__.pop("_trainer_clipping", None)
         if restored is not None and self._attached:
             self.trainer.gradient_clip_val, self.trainer.gradient_clip_algorithm = restored
@@ -601,6 +611,56 @@ class RLModule(L.LightningModule):
             [c for c in callbacks if callable(getattr(c, "on_update_end", None))],
         )
         self._direct_steps = self._can_step_directly()
+        if self.compiled.wants_whole_update:
+            self._start_whole_updates()
+
+    def _start_whole_updates(self) -> None:
+        """``compile={"whole_update": True}``: hand the optimizer, the clipping and the per-update Polyak syncs to
+        one compiled function per update (``rl_lightning.compiling.WholeUpdate``), where the loop steps the
+        optimizer itself and the module's update is an rl_lightning algorithm's; else say why only the loss is
+        compiled."""
+        from lightning.pytorch.utilities import rank_zero_warn
+
+        from rl_lightning.callbacks.target_sync import TargetNetworkSync
+        from rl_lightning.compiling import WholeUpdate
+
+        own_update = type(self).update_loss.__module__.startswith("rl_lightning.algos.")
+        optimizer = self.optimizers().optimizer
+        why = None
+        if not self._direct_steps:
+            why = (
+                "it needs one device in float32, with no callback or module hook on backward or the optimizer step "
+                "(Lightning's manual-optimisation path runs here)"
+            )
+        elif not own_update:
+            why = "its update_loss is overridden (the compiled function would miss what the override adds)"
+        elif WholeUpdate.unsupported(optimizer):
+            why = WholeUpdate.unsupported(optimizer)
+        if why is not None:
+            rank_zero_warn(f"compile={{'whole_update': True}}: this run compiles the update's loss only: {why}")
+            return
+        syncs = [c for c in self.trainer.callbacks if isinstance(c, TargetNetworkSync)]
+        handed = [polyak for polyak in (sync.hand_over(self) for sync in syncs) if polyak is not None]
+        polyak = None
+        if len(handed) == 1:
+            polyak = handed[0]
+        elif handed:  # more than one: the callbacks keep moving their targets
+            for sync in syncs:
+                sync.take_back()
+        clipping = self._gradient_clipping
+        if clipping is None and self.hparams.get("max_grad_norm") is not None:
+            clipping = (float(self.hparams.max_grad_norm), "norm")
+        self.compiled.whole_update = WholeUpdate(optimizer, clipping, polyak, self.compiled.compile_arguments)
+
+    def _end_whole_updates(self) -> None:
+        """Give the syncs back the work :meth:`_start_whole_updates` took."""
+        from rl_lightning.callbacks.target_sync import TargetNetworkSync
+
+        whole, self.compiled.whole_update = self.compiled.whole_update, None
+        if whole is not None and self._attached:
+            for callback in self.trainer.callbacks:
+                if isinstance(callback, TargetNetworkSync):
+                    callback.take_back()
 
     # -- checkpoints ----------------------------------------------------------------------
 

@@ -186,7 +186,7 @@ class DQNModule(OffPolicyModule):
 
     def update_loss(self, batch: ReplayBufferSamples) -> Tensor:
         hp = self.hparams
-        loss, q_mean = self.compiled(dqn_loss)(
+        loss, q_mean = self.compiled.update(dqn_loss)(
             self.q_network,
             self.target_network,
             batch,

@@ -209,7 +209,7 @@ class PPOModule(OnPolicyModule):
 
     def update_loss(self, batch: PPOBatch | RecurrentPPOBatch) -> Tensor:
         hp = self.hparams
-        loss, metrics = self.compiled(ppo_minibatch_loss)(
+        loss, metrics = self.compiled.update(ppo_minibatch_loss)(
             self.model, batch, hp.clip_coef, hp.clip_vloss, hp.vf_coef, hp.ent_coef, hp.norm_adv
         )
         self._approx_kl = metrics["losses/approx_kl"]  # for target_kl (updates_to_skip)

@@ -164,7 +164,7 @@ class SACModule(OffPolicyModule):
         next_noise = torch.randn(shape, generator=self.update_generator, device=self.device)
         noise = torch.randn(shape, generator=self.update_generator, device=self.device)
         learned_alpha = isinstance(self.log_alpha, nn.Parameter)
-        loss, metrics = self.compiled(sac_losses)(
+        loss, metrics = self.compiled.update(sac_losses)(
             self.actor,
             self.critic,
             self.target_critic,

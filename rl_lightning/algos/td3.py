@@ -162,7 +162,7 @@ class TD3Module(OffPolicyModule):
         shape = (batch.rewards.shape[0], *self.action_shape)
         noise = torch.randn(shape, generator=self.update_generator, device=self.device)
         update_actor = (self.global_step + 1) % hp.policy_delay == 0  # the delayed actor update (SB3's count)
-        loss, metrics = self.compiled(td3_losses)(
+        loss, metrics = self.compiled.update(td3_losses)(
             self.actor,
             self.critic,
             self.target_actor,

@@ -160,7 +160,7 @@ class VPGModule(OnPolicyModule):
         # compiled update: their backward loop over the steps would unroll into its graph (inductor took ~50 s
         # for the default 500 steps).
         returns = compute_returns(batch.rewards, batch.dones, hp.gamma)
-        loss, metrics = self.compiled(vpg_loss)(
+        loss, metrics = self.compiled.update(vpg_loss)(
             self.policy_network, batch, returns, hp.normalize_returns, hp.importance_weighting, hp.iw_clip
         )
         self.log_metrics(metrics)

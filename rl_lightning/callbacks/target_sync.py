@@ -43,6 +43,10 @@ class TargetNetworkSync(L.Callback):
         online_attr, target_attr: deprecated (the first release's): the names of one online and one target
             network on the module (defaults ``"q_network"``, ``"target_network"``), moved instead of
             ``target_network_pairs()``'s; give the module ``target_network_pairs()`` instead.
+
+    A module that compiles its whole update (``compile={"whole_update": True}``, ``rl_lightning.compiling``) may
+    take a sync that acts after every update into that function: :meth:`hand_over` gives it the tensors and ``tau``,
+    and the callback then only counts its updates until :meth:`take_back`.
     """
 
     def __init__(
@@ -82,6 +86,7 @@ class TargetNetworkSync(L.Callback):
             self.online_attr, self.target_attr = online_attr or "q_network", target_attr or "target_network"
         self.num_updates = 0
         self._last_period: int | None = None  # env_steps // every_n_env_steps at the last check
+        self._handed_over = False  # the module's compiled update moves the targets (hand_over)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         if self.online_attr is None:
@@ -110,9 +115,33 @@ class TargetNetworkSync(L.Callback):
             self._last_period = period
         elif self.every_n_train_steps is not None and trainer.global_step % self.every_n_train_steps != 0:
             return  # global_step counts the training steps done, this one included
-        for target, online in self._pairs(pl_module):
-            update_target_network(target, online, self.tau)
+        if not self._handed_over:
+            for target, online in self._pairs(pl_module):
+                update_target_network(target, online, self.tau)
         self.num_updates += 1
+
+    @property
+    def every_update(self) -> bool:
+        """Whether it acts after every update (no period in env steps, a period of at most one update)."""
+        return self.every_n_env_steps is None and (self.every_n_train_steps or 1) == 1
+
+    def hand_over(self, pl_module: Any) -> tuple[list[torch.Tensor], list[torch.Tensor], float] | None:
+        """For a module whose compiled update moves the targets itself: the target and online parameters and
+        ``tau``, if this sync acts after every update on parameters alone (else None: it keeps acting itself).
+        Until :meth:`take_back`, the callback counts its updates without moving the targets."""
+        if not self.every_update or self.tau >= 1.0:
+            return None  # a copy stays update_target_network's (exact)
+        pairs = self._pairs(pl_module)
+        if any(next(target.buffers(), None) is not None for target, _ in pairs):
+            return None  # buffers are copied, not interpolated: update_target_network's work
+        targets = [p for target, _ in pairs for p in target.parameters()]
+        onlines = [p for _, online in pairs for p in online.parameters()]
+        self._handed_over = True
+        return targets, onlines, self.tau
+
+    def take_back(self) -> None:
+        """Move the targets itself again (after :meth:`hand_over`)."""
+        self._handed_over = False
 
     def _pairs(self, pl_module: Any) -> list[tuple[nn.Module, nn.Module]]:
         if self.online_attr is None:
