@@ -13,9 +13,9 @@ pass, gradient clipping, Adam's step and a per-update Polyak target update as on
 (:class:`WholeUpdate`; dynamo splits it at the backward call, which runs AOTAutograd's compiled backward graph).
 It applies where the loop steps the optimizer itself (one device, float32, no hook on backward or the step:
 ``RLModule._can_step_directly``) and the optimizer is Adam or AdamW; elsewhere the run compiles the loss only,
-with a warning saying why. On this project's 2-core CPU it is not faster than the compiled loss followed by Adam's
-fused CPU kernel (``benchmarks/results/engine.md``), so it is not the default; it is the shape CUDA graphs need,
-not yet measured on a GPU here.
+with a warning saying why. On this project's 2-core CPU it is 1-5% faster per update than the compiled loss followed
+by Adam's fused CPU kernel, and no faster than eager for SAC (``benchmarks/results/engine.md``), so it is not the
+default; it is the shape CUDA graphs need, not yet measured on a GPU here.
 
 Compiling takes seconds (CartPole DQN's loss, forward and backward: about 15 s on one core of this project's
 CPU), spent in the first training step and reported as :attr:`CompiledFunctions.compile_seconds`; inductor
