@@ -86,7 +86,8 @@ class RLModule(L.LightningModule):
             ``"ale_vector"`` (Atari and EnvPool's MuJoCo tasks in C++: ``EnvPoolVectorEnv``, ``AleVectorEnv``).
         env_kwargs: passed to gymnasium envs (``make_envs``), e.g. ``{"vectorization_mode": "async"}``.
         compile: run the update functions through ``torch.compile`` (``rl_lightning.compiling``), and a
-            native env's step too; a dict gives ``torch.compile``'s arguments (``{"mode": "max-autotune"}``).
+            native env's step too; a dict gives ``torch.compile``'s arguments (``{"mode": "max-autotune"}``), and
+            ``{"whole_update": True}`` compiles the whole update (backward, clipping, Adam, Polyak).
     """
 
     #: Action spaces the algorithm can learn: "discrete", "box".
