@@ -36,6 +36,7 @@ from rl_lightning.envs.atari import (
 )
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.cartpole import draw_cartpole
+from rl_lightning.envs.mujoco_warnings import route_mujoco_warnings
 from rl_lightning.envs.spaces import (
     ACTION_MASK_KEY,
     MASK_CONVENTION,
@@ -197,6 +198,7 @@ def _quiet_async_worker(*args: Any) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    route_mujoco_warnings()  # a worker's MuJoCo models warn as the main process's do
     with contextlib.suppress(EOFError, BrokenPipeError, ConnectionResetError):
         _async_worker(*args)
 
@@ -307,6 +309,8 @@ class GymnasiumVectorEnv(VectorEnv):
                 f"(evaluate_policy / Evaluation max_episode_steps, the scripts' --eval_max_episode_steps)",
                 stacklevel=2,
             )
+        if "mujoco" in str(spec.entry_point):
+            route_mujoco_warnings()  # its C warnings once, not at every model load (mujoco_warnings)
         #: gymnasium's vector env doing the work.
         self.gymnasium_envs = gym.make_vec(
             env_id,
