@@ -13,7 +13,9 @@ from rl_lightning.cli import main, make_cli
 ROOT = Path(__file__).resolve().parents[1]
 VPG_CONFIG = ROOT / "configs" / "vpg_cartpole.yaml"
 DQN_CONFIG = ROOT / "configs" / "dqn_cartpole.yaml"
-PPO_CONFIGS = sorted(path for path in (ROOT / "configs").glob("ppo_*.yaml") if "atari" not in path.stem)
+PPO_CONFIGS = sorted(
+    path for path in (ROOT / "configs").glob("ppo_*.yaml") if "atari" not in path.stem and "mujoco" not in path.stem
+)
 # 2 optimizer steps of 8 envs x 20 steps: a second or two.
 TINY_VPG = [
     "--trainer.max_steps=2",
@@ -292,6 +294,44 @@ def test_each_ppo_config_fits_a_few_updates(config_path, tmp_path):
     assert cli.model.hparams.env_id == args["env_id"]
     assert cli.model.env_steps == 2 * args["num_envs"] * args["num_steps_per_rollout"]
     assert len(PPO_CONFIGS) == 4
+
+
+@pytest.mark.parametrize(
+    ("config_name", "small"),
+    [
+        ("sac_mujoco", ["--model.init_args.learning_starts=200", "--total_env_steps=260"]),
+        ("td3_mujoco", ["--model.init_args.learning_starts=200", "--total_env_steps=260"]),
+        ("ppo_mujoco", ["--model.init_args.num_steps_per_rollout=64", "--total_env_steps=128"]),
+    ],
+)
+def test_each_mujoco_config_fits_any_mujoco_id(config_name, small, tmp_path, capsys):
+    """configs/{sac,td3,ppo}_mujoco.yaml name every hyper-parameter of their module and train on the MuJoCo id
+    given on the command line (Hopper-v5 here, HalfCheetah-v5 in the files)."""
+    pytest.importorskip("mujoco")
+    config = yaml.safe_load((ROOT / "configs" / f"{config_name}.yaml").read_text())
+    short_name = config["model"]["class_path"].rsplit(".", 1)[-1]
+    defaults = yaml.safe_load(_printed_config(["fit", "--model", short_name], capsys))["model"]["init_args"]
+    assert config["model"]["init_args"].keys() == defaults.keys()
+    cli = make_cli(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs" / f"{config_name}.yaml"),
+            "--model.env_id",
+            "Hopper-v5",
+            *small,
+            "--trainer.enable_progress_bar=false",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+        ]
+    )
+    assert cli.model.hparams.env_id == "Hopper-v5" and cli.model.action_shape == (3,)
+    assert cli.model.env_steps >= int(small[-1].split("=")[1])
+    assert cli.trainer.global_step > 0
+    settings = config["model"]["init_args"]
+    for name in ("batch_size", "tau", "lr", "num_steps_per_rollout"):
+        if name in settings and name not in " ".join(small):
+            assert cli.model.hparams[name] == settings[name]
 
 
 def test_fit_prints_a_start_line_and_the_scripts_summary_and_names_its_log_directory(tmp_path, capsys):

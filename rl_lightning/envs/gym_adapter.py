@@ -36,7 +36,7 @@ from rl_lightning.envs.atari import (
 )
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.cartpole import draw_cartpole
-from rl_lightning.envs.mujoco_warnings import route_mujoco_warnings
+from rl_lightning.envs.mujoco_warnings import headless_mujoco_can_render, route_mujoco_warnings
 from rl_lightning.envs.spaces import (
     ACTION_MASK_KEY,
     MASK_CONVENTION,
@@ -309,7 +309,8 @@ class GymnasiumVectorEnv(VectorEnv):
                 f"(evaluate_policy / Evaluation max_episode_steps, the scripts' --eval_max_episode_steps)",
                 stacklevel=2,
             )
-        if "mujoco" in str(spec.entry_point):
+        self._mujoco = "mujoco" in str(spec.entry_point)
+        if self._mujoco:
             route_mujoco_warnings()  # its C warnings once, not at every model load (mujoco_warnings)
         #: gymnasium's vector env doing the work.
         self.gymnasium_envs = gym.make_vec(
@@ -627,6 +628,13 @@ class GymnasiumVectorEnv(VectorEnv):
         """The current frame of every env, uint8 ``(num_envs, H, W, 3)`` on the CPU (needs ``render=True``)."""
         if not self.can_render:
             raise NotImplementedError(f"build GymnasiumVectorEnv({self.env_id!r}, ...) with render=True to render it")
+        if self._mujoco and not headless_mujoco_can_render():
+            # GLFW (MuJoCo's default) without a display fails, and off the main thread (the video logger's) it
+            # can hang inside MuJoCo's context set-up instead: say so before trying.
+            raise RuntimeError(
+                f"{self.env_id} cannot render here: MuJoCo needs an OpenGL context, and there is no display (DISPLAY "
+                "is unset) and no MUJOCO_GL; headless MuJoCo renders with MUJOCO_GL=egl (or osmesa)"
+            )
         if self._needs_reset:
             self._reset_all()
         return torch.from_numpy(np.stack(self.gymnasium_envs.render()))

@@ -1,4 +1,5 @@
-"""MuJoCo's C-level warnings, routed through Python's ``warnings`` once per message and process.
+"""MuJoCo's C-level warnings, routed through Python's ``warnings`` once per message and process; whether MuJoCo
+can render here.
 
 MuJoCo prints each warning of its C library to stdout and appends it to ``MUJOCO_LOG.TXT`` in the working
 directory, once per occurrence. Loading gymnasium 1.4's HalfCheetah model warns that its ``settotalmass``
@@ -13,6 +14,7 @@ printed it 275 times. :func:`route_mujoco_warnings` installs a handler (unless o
 
 from __future__ import annotations
 
+import os
 import warnings
 
 _seen: set[str] = set()
@@ -38,3 +40,9 @@ def _warn_once(message: str) -> None:
         return
     _seen.add(text)
     warnings.warn(f"MuJoCo: {text}", RuntimeWarning, stacklevel=2)
+
+
+def headless_mujoco_can_render() -> bool:
+    """Whether a MuJoCo env can open its OpenGL context here: with ``MUJOCO_GL`` set (``egl``, ``osmesa``, ``glfw``:
+    MuJoCo's own choice, tried as asked) or a display for GLFW, MuJoCo's default."""
+    return bool(os.environ.get("MUJOCO_GL") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))

@@ -65,3 +65,17 @@ def test_a_users_own_handler_is_kept(fresh_handler):
     envs.close()
     assert mujoco.get_mju_user_warning() is mine
     assert any("settotalmass" in message for message in seen)
+
+
+def test_a_headless_mujoco_render_without_mujoco_gl_is_refused_before_it_can_hang(monkeypatch):
+    # GLFW without a display fails, and from the video logger's thread it could hang inside MuJoCo's context set-up.
+    for name in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.delenv(name, raising=False)
+    envs = make_envs("Hopper-v5", 1, seed=0, render=True)
+    try:
+        with pytest.raises(RuntimeError, match=r"Hopper-v5 cannot render here: .*MUJOCO_GL=egl \(or osmesa\)"):
+            envs.render()
+        monkeypatch.setenv("MUJOCO_GL", "egl")
+        assert mujoco_warnings.headless_mujoco_can_render()
+    finally:
+        envs.close()
