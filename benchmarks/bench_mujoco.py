@@ -257,11 +257,29 @@ def is_done(key: dict[str, Any], env_steps: int) -> bool:
     )
 
 
+def lock_path(key: dict[str, Any]) -> Path:
+    """Where a running run keeps its process id (two queues never start the same run)."""
+    return RUNS.parent / ".running" / f"{key['algo']}-{key['env_id']}-{key['lib']}-{key['seed']}.pid"
+
+
+def is_running(key: dict[str, Any]) -> bool:
+    try:
+        os.kill(int(lock_path(key).read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> None:
     key = {"algo": args.algo, "env_id": args.env, "lib": args.lib, "seed": args.seed}
     if is_done(key, args.env_steps):
         print(f"already done: {key} at >= {args.env_steps:,} env steps ({RUNS})")
         return
+    if is_running(key):
+        print(f"already running: {key} (process {lock_path(key).read_text()})")
+        return
+    lock_path(key).parent.mkdir(parents=True, exist_ok=True)
+    lock_path(key).write_text(str(os.getpid()))
     torch.set_num_threads(1)
     import warnings
 
@@ -281,10 +299,12 @@ def queue(args: argparse.Namespace) -> None:
         {"algo": algo, "env_id": env, "lib": lib, "seed": seed}
         for seed, algo, env, lib in itertools.product(args.seeds, args.algos, args.envs, args.libs)
     ]
-    todo = [key for key in todo if not is_done(key, args.env_steps)]
+    todo = [key for key in todo if not is_done(key, args.env_steps) and not is_running(key)]
     print(f"{len(todo)} runs to do", flush=True)
     running: list[subprocess.Popen] = []
     for key in todo:
+        if is_done(key, args.env_steps) or is_running(key):  # another queue took it meanwhile
+            continue
         while len(running) >= args.jobs:
             running = [process for process in running if process.poll() is None]
             time.sleep(5)
