@@ -625,7 +625,10 @@ class RLModule(L.LightningModule):
         from rl_lightning.callbacks.target_sync import TargetNetworkSync
         from rl_lightning.compiling import WholeUpdate
 
-        own_update = type(self).update_loss.__module__.startswith("rl_lightning.algos.")
+        update_loss = type(self).update_loss  # an algorithm's own (not a subclass's, nor an adopted training_step)
+        own_update = (
+            update_loss.__module__.startswith("rl_lightning.algos.") and "<locals>" not in update_loss.__qualname__
+        )
         optimizer = self.optimizers().optimizer
         why = None
         if not self._direct_steps:
