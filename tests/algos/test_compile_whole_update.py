@@ -243,3 +243,16 @@ def _square_loss(net, x):
 def test_whole_update_says_which_optimizers_it_cannot_step(optimizer, reason):
     assert reason in WholeUpdate.unsupported(optimizer(torch.nn.Linear(2, 2).parameters()))
     assert WholeUpdate.unsupported(torch.optim.Adam(torch.nn.Linear(2, 2).parameters(), fused=True)) is None
+
+
+def test_whole_update_falls_back_for_a_former_style_training_step_override():
+    with pytest.warns(DeprecationWarning):
+
+        class Former(DQNModule):
+            def training_step(self, batch, batch_idx):
+                return super().training_step(batch, batch_idx)
+
+    module = Former(seed=0, learning_starts=64, steps_per_epoch=10, compile=WHOLE_AOT)
+    with pytest.warns(UserWarning, match="its update_loss is overridden"):
+        _fit(module, 10)
+    assert module.global_step == 10
