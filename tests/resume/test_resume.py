@@ -235,7 +235,8 @@ def test_ctrl_c_mid_fit_exits_130_and_resumes_exactly(tmp_path, script):
 
     root = Path(__file__).resolve().parents[2]
     if script == "train_ppo.py":
-        args = ["--max_steps", "800", "--num_envs", "8", "--num_steps_per_rollout", "16"]
+        # long enough that the Ctrl-C 1.5 s after the start line falls inside the run on a fast machine
+        args = ["--max_steps", "4000", "--num_envs", "8", "--num_steps_per_rollout", "16"]
     else:
         args = ["--max_steps", "2000", "--learning_starts", "200", "--batch_size", "64", "--steps_per_epoch", "100"]
     args += ["--no_video", "--no_stop_when_solved", "--eval_every_n_env_steps", "1000000"]
