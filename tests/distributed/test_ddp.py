@@ -123,7 +123,7 @@ def test_a_sigterm_to_a_ddp_script_stops_every_rank_at_one_step_and_resumes_exac
         "--strategy",
         "ddp",
         "--max_steps",
-        "400",
+        "800",  # long enough that the SIGTERM 3 s after the start line falls inside the run on a fast machine
         "--num_envs",
         "4",
         "--num_steps_per_rollout",
@@ -157,7 +157,7 @@ def test_a_sigterm_to_a_ddp_script_stops_every_rank_at_one_step_and_resumes_exac
     assert "Traceback" not in err, err[-3000:]
     assert _processes_in(tmp_path / "split") == []  # no rank left running
     stopped = last(tmp_path / "split")
-    assert 0 < stopped["global_step"] < 400
+    assert 0 < stopped["global_step"] < 800
     # The stop checkpoint is at a step boundary of both ranks: each saved its own source state there.
     assert len(stopped["rl_lightning"]["sources"]) == 2
     rollouts = -(-stopped["global_step"] // 16)  # 4 epochs x 4 minibatches per rollout of 2 x 4 x 64 env steps
@@ -165,7 +165,7 @@ def test_a_sigterm_to_a_ddp_script_stops_every_rank_at_one_step_and_resumes_exac
     code, err = run(tmp_path / "split", "--ckpt_path", "last")
     assert code == 0, err[-3000:]
     resumed = last(tmp_path / "split")
-    assert resumed["global_step"] == 400 and resumed["rl_lightning"]["env_steps"] == 25 * 2 * 4 * 64
+    assert resumed["global_step"] == 800 and resumed["rl_lightning"]["env_steps"] == 50 * 2 * 4 * 64
 
 
 def _processes_in(directory: Path) -> list[int]:
