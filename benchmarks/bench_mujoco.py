@@ -155,35 +155,14 @@ def run_ours(algo: str, env_id: str, seed: int, env_steps: int, curve: Curve) ->
 def sb3_model(algo: str, env_id: str, seed: int) -> Any:
     """SB3's SAC / TD3 / PPO given the config's settings (module docstring)."""
     import gymnasium as gym
-    import numpy as np
-    from stable_baselines3 import PPO, SAC, TD3
-    from stable_baselines3.common.noise import NormalActionNoise
+    from bench_sac import _sb3_model, sb3_keywords
+    from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     args = config(algo)
-    if algo in ("sac", "td3"):
-        kwargs: dict[str, Any] = dict(
-            learning_rate=args["lr"],
-            buffer_size=args["buffer_size"],
-            learning_starts=args["learning_starts"],
-            batch_size=args["batch_size"],
-            tau=args["tau"],
-            gamma=args["gamma"],
-            train_freq=args["train_freq"],
-            gradient_steps=args["gradient_steps"],
-            policy_kwargs=dict(net_arch=list(args["hidden_sizes"])),
-        )
-        env = gym.make(env_id)
-        if algo == "sac":
-            return SAC("MlpPolicy", env, seed=seed, device="cpu", ent_coef=f"auto_{args['alpha_init']}", **kwargs)
-        dims = env.action_space.shape[0]
-        noise = NormalActionNoise(np.zeros(dims), args["exploration_noise"] * np.ones(dims))  # [-1, 1] units
-        kwargs.update(
-            policy_delay=args["policy_delay"],
-            target_policy_noise=args["target_noise"],
-            target_noise_clip=args["target_noise_clip"],
-        )
-        return TD3("MlpPolicy", env, seed=seed, device="cpu", action_noise=noise, **kwargs)
+    if algo in ("sac", "td3"):  # bench_sac's mapping of our settings onto SB3's (alpha from 1.0: SB3's "auto")
+        kwargs, noise = sb3_keywords(algo.upper(), args)
+        return _sb3_model(algo.upper(), env_id, kwargs, noise, seed)
     envs = VecNormalize(
         DummyVecEnv([lambda: gym.make(env_id)] * args["num_envs"]),
         norm_obs=args["normalize_obs"],

@@ -69,6 +69,13 @@ def load_config(algo: str) -> tuple[dict[str, Any], int]:
 def same_settings(algo: str) -> tuple[dict[str, Any], int, float]:
     """SB3 keyword arguments equal to our config's settings, its budget in env steps, and the exploration std."""
     args, max_steps = load_config(algo)
+    kwargs, noise = sb3_keywords(algo, args)
+    return kwargs, args["learning_starts"] + max_steps * args["train_freq"] // args["gradient_steps"], noise
+
+
+def sb3_keywords(algo: str, args: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """SB3 SAC's / TD3's keyword arguments equal to a SACModule / TD3Module config's ``args``, and TD3's
+    exploration std (0 for SAC; SB3 adds its action noise in [-1, 1] units, as ours in half-ranges)."""
     kwargs: dict[str, Any] = dict(
         learning_rate=args["lr"],
         buffer_size=args["buffer_size"],
@@ -80,15 +87,14 @@ def same_settings(algo: str) -> tuple[dict[str, Any], int, float]:
         gradient_steps=args["gradient_steps"],
         policy_kwargs=dict(net_arch=list(args["hidden_sizes"])),
     )
-    noise = 0.0
     if algo == "TD3":
         kwargs.update(
             policy_delay=args["policy_delay"],
             target_policy_noise=args["target_noise"],
             target_noise_clip=args["target_noise_clip"],
         )
-        noise = args["exploration_noise"]  # SB3 adds its action noise in [-1, 1] units, as ours (half-ranges)
-    return kwargs, args["learning_starts"] + max_steps * args["train_freq"] // args["gradient_steps"], noise
+        return kwargs, args["exploration_noise"]
+    return kwargs, 0.0
 
 
 def run_ours(algo: str, seed: int) -> Run:
