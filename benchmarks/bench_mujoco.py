@@ -321,8 +321,9 @@ def report(args: argparse.Namespace) -> None:
         "Greedy return of 10 episodes (mean over the seeds +- its standard error, n = seeds done) at 100,000 env "
         "steps (and 300,000 where runs got there); settings in the module docstring of `bench_mujoco.py` and in "
         "`configs/{sac,td3,ppo}_mujoco.yaml`. CPU s: training only (evaluation excluded), median over the runs. "
-        "Published references: CleanRL's Open RL Benchmark and RL-Zoo's `benchmark.md` report 1M-step (and longer) "
-        "results; neither publishes a value at 100,000 env steps, so none is quoted.",
+        "Published references: RL-Zoo's `benchmark.md` tables 1M-step (and longer) results, and CleanRL's Open RL "
+        "Benchmark keeps whole curves in W&B, which this machine cannot reach; no value at 100,000 env steps could be "
+        "read, so none is quoted.",
         "",
     ]
     machines = sorted({row["machine"] for row in runs})
