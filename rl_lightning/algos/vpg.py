@@ -70,8 +70,8 @@ class VPGModule(OnPolicyModule):
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
         compile: the update (:func:`vpg_loss`, forward and backward) and, on CUDA, the acting step through
             ``torch.compile`` (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments
-            (``{"backend": "aot_eager"}``), and ``{"whole_update": True}`` compiles the whole update (backward, Adam).
-            The same losses and actions as without, to float tolerance.
+            (``{"backend": "aot_eager"}``; ``{"whole_update": True}``: the whole update). Equal to eager to float
+            tolerance.
     """
 
     renamed_hyperparameters: ClassVar[dict[str, str]] = {
