@@ -106,7 +106,7 @@ def _render_or_explain(envs: Any, env_id: str, quiet: bool = True) -> Tensor:
     except Exception as error:
         hint = (
             " (headless MuJoCo renders with MUJOCO_GL=egl, or osmesa)"
-            if "OpenGL" in str(error) or "GL" in str(type(error).__name__)
+            if ("OpenGL" in str(error) or "GL" in str(type(error).__name__)) and "MUJOCO_GL" not in str(error)
             else ""
         )
         raise NotImplementedError(f"{env_id} failed to render: {type(error).__name__}: {error}{hint}") from error

@@ -79,3 +79,17 @@ def test_a_headless_mujoco_render_without_mujoco_gl_is_refused_before_it_can_han
         assert mujoco_warnings.headless_mujoco_can_render()
     finally:
         envs.close()
+
+
+def test_the_video_loggers_message_gives_the_hint_once(monkeypatch):
+    from rl_lightning.callbacks.video import _render_or_explain
+
+    for name in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.delenv(name, raising=False)
+    envs = make_envs("Hopper-v5", 1, seed=0, render=True)
+    try:
+        with pytest.raises(NotImplementedError, match="Hopper-v5 failed to render") as error:
+            _render_or_explain(envs, "Hopper-v5")
+        assert str(error.value).count("MUJOCO_GL=egl") == 1
+    finally:
+        envs.close()
