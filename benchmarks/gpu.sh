@@ -3,7 +3,7 @@
 # minutes of GPU time with the machine's start) on one GPU, most important first:
 #   1. the suite's CUDA tests (CUDA-parametrised contract tests, host-sync checks, fit/act/evaluate/export on the
 #      GPU in 32-true and bf16-mixed, the graph-captured FusedCartPole);
-#   2. issue 24's engine table on the GPU (benchmarks/bench_engine.py --device cuda: lightning, compile=True,
+#   2. issue 24's engine table on the GPU (benchmarks/bench_engine.py --device cuda: lightning, compile=True, whole_update,
 #      plain loop, SB3 on the CPU), and PPO on CartPole-v1 with 4,096 envs end to end (target: 1e7 env steps/s);
 #   3. benchmarks/bench_gpu.py (env throughput next to gymnax, time to solve on GPU and CPU, bf16), with what is
 #      left of the budget.
@@ -43,7 +43,7 @@ timeout "$(cap 200)" "$python" benchmarks/bench_engine.py --device "$device" --r
     --out "$out/engine_$device.md" 2>&1 | quiet | tee "$out/engine_bench.log" | tail -n 40
 echo "== PPO CartPole-v1, 4,096 envs, end to end on $device"
 timeout "$(cap 60)" "$python" benchmarks/bench_engine.py --device "$device" --repeats 1 "${quick[@]}" \
-    --rows ppo_cartpole_4096 --variants lightning compile plain --no-write 2>&1 | quiet \
+    --rows ppo_cartpole_4096 --variants lightning compile compile_whole plain --no-write 2>&1 | quiet \
     | tee "$out/engine_4096.log" | tail -n 12
 echo "== bench_gpu.py on $device"
 timeout "$(cap 330)" "$python" benchmarks/bench_gpu.py --device "$device" "${quick[@]}" --out "$out/gpu.md" 2>&1 \

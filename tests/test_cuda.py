@@ -135,3 +135,29 @@ def test_dqn_solves_cartpole_on_the_gpu_greedy_mean_return_at_least_475_over_32_
     )
     trainer.fit(DQNModule(seed=0))
     assert evaluation.last_metrics["eval/episodic_return"] >= 475
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda compile: DQNModule(seed=3, learning_starts=200, steps_per_epoch=20, compile=compile),
+        lambda compile: PPOModule(seed=1, num_envs=8, num_steps_per_rollout=16, anneal_lr=True, compile=compile),
+    ],
+    ids=["dqn", "ppo"],
+)
+def test_the_whole_update_compiled_on_the_gpu_matches_eager(make):
+    """compile={"whole_update": True} on CUDA (never run in CI: benchmarks/gpu.sh's CUDA tests): the same updates as
+    the eager run to float tolerance, as on the CPU (tests/algos/test_compile_whole_update.py)."""
+    runs = []
+    for compile in (False, {"whole_update": True}):
+        module = make(compile)
+        trainer = L.Trainer(
+            max_steps=16, accelerator="cuda", devices=1, logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False,
+        )  # fmt: skip
+        trainer.fit(module)
+        runs.append(module)
+    eager, whole = runs
+    assert whole.global_step == eager.global_step == 16 and whole.env_steps == eager.env_steps
+    for name, weight in eager.state_dict().items():
+        torch.testing.assert_close(whole.state_dict()[name], weight, rtol=1e-4, atol=1e-5, msg=name)
