@@ -3,8 +3,8 @@
 # minutes of GPU time with the machine's start) on one GPU, most important first:
 #   1. the suite's CUDA tests (CUDA-parametrised contract tests, host-sync checks, fit/act/evaluate/export on the
 #      GPU in 32-true and bf16-mixed, the graph-captured FusedCartPole);
-#   2. issue 24's engine table on the GPU (benchmarks/bench_engine.py --device cuda: lightning, compile=True, whole_update,
-#      plain loop, SB3 on the CPU), and PPO on CartPole-v1 with 4,096 envs end to end (target: 1e7 env steps/s);
+#   2. issue 24's engine table on the GPU (benchmarks/bench_engine.py --device cuda: lightning, compile=True,
+#      whole_update, plain loop, SB3 on the CPU), and PPO on CartPole-v1 with 4,096 envs end to end (target: 1e7 env steps/s);
 #   3. benchmarks/bench_gpu.py (env throughput next to gymnax, time to solve on GPU and CPU, bf16), with what is
 #      left of the budget.
 # Each step's log (and gpu.md, engine_gpu.md) goes to $OUT (or benchmarks/results/). Meant for a GPU machine whose
