@@ -108,12 +108,18 @@ def run_logger(module: Any, root_dir: str | Path) -> Any:
     return TensorBoardLogger(root, name=module.run_name, version=version, default_hp_metric=False)
 
 
+#: The variables by which launchers tell a process its rank: Lightning's (``LOCAL_RANK``, ``NODE_RANK``), torchrun's
+#: (``RANK``, ``GROUP_RANK``: the node) and SLURM's (``SLURM_PROCID``: the task).
+_RANK_VARIABLES = ("LOCAL_RANK", "NODE_RANK", "RANK", "GROUP_RANK", "SLURM_PROCID")
+
+
 def is_launching_process() -> bool:
-    """Whether this process is the one a user started (global rank 0), not a rank a DDP launcher
-    started by re-running the script (``LOCAL_RANK`` / ``NODE_RANK`` set and not 0)."""
+    """Whether this process is the run's first (global rank 0): the one a user started, not a rank a DDP launcher
+    started by re-running the script, nor the first process of another node (torchrun's ``--node_rank 1``, a
+    SLURM task other than 0), which would otherwise claim a log directory of its own that stays empty."""
     import os
 
-    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
+    return all(os.environ.get(name, "0") == "0" for name in _RANK_VARIABLES)
 
 
 def _claim_version(directory: Path) -> int:
