@@ -15,6 +15,7 @@ printed it 275 times. :func:`route_mujoco_warnings` installs a handler (unless o
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 _seen: set[str] = set()
@@ -44,5 +45,8 @@ def _warn_once(message: str) -> None:
 
 def headless_mujoco_can_render() -> bool:
     """Whether a MuJoCo env can open its OpenGL context here: with ``MUJOCO_GL`` set (``egl``, ``osmesa``, ``glfw``:
-    MuJoCo's own choice, tried as asked) or a display for GLFW, MuJoCo's default."""
+    MuJoCo's own choice, tried as asked), a display for GLFW, MuJoCo's default, or not on Linux (macOS and Windows
+    give GLFW their own window system)."""
+    if not sys.platform.startswith("linux"):
+        return True
     return bool(os.environ.get("MUJOCO_GL") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))

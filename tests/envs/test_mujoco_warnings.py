@@ -77,6 +77,9 @@ def test_a_headless_mujoco_render_without_mujoco_gl_is_refused_before_it_can_han
             envs.render()
         monkeypatch.setenv("MUJOCO_GL", "egl")
         assert mujoco_warnings.headless_mujoco_can_render()
+        monkeypatch.delenv("MUJOCO_GL")
+        monkeypatch.setattr(mujoco_warnings.sys, "platform", "darwin")  # GLFW has Cocoa there, no DISPLAY
+        assert mujoco_warnings.headless_mujoco_can_render()
     finally:
         envs.close()
 
