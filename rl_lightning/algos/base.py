@@ -82,9 +82,12 @@ class RLModule(L.LightningModule):
         seed: seeds everything: network init (the same on every rank), the envs (rank r's with
             ``seed + r * num_envs``) and the other named streams (``rl_lightning.seeding``).
         env_backend: ``"auto"`` (the native torch env where there is one, else gymnasium's through
-            the adapter), ``"torch"``, ``"gymnasium"`` (the adapter even for a native id), ``"envpool"`` or
-            ``"ale_vector"`` (Atari and EnvPool's MuJoCo tasks in C++: ``EnvPoolVectorEnv``, ``AleVectorEnv``).
-        env_kwargs: passed to gymnasium envs (``make_envs``), e.g. ``{"vectorization_mode": "async"}``.
+            the adapter), ``"torch"``, ``"gymnasium"`` (the adapter even for a native id), ``"envpool"``,
+            ``"ale_vector"`` (Atari and EnvPool's MuJoCo tasks in C++: ``EnvPoolVectorEnv``, ``AleVectorEnv``) or
+            ``"ray"`` (gymnasium's envs stepped in Ray actors, ``RayVectorEnv``: the training, evaluation and
+            video envs alike; each DDP rank its own workers).
+        env_kwargs: passed to gymnasium envs (``make_envs``), e.g. ``{"vectorization_mode": "async"}``; for
+            ``"ray"`` also ``num_workers``, ``envs_per_worker``, ``address``, ``num_cpus_per_worker``.
         compile: run the update functions through ``torch.compile`` (``rl_lightning.compiling``), and a
             native env's step too; a dict gives ``torch.compile``'s arguments (``{"mode": "max-autotune"}``), and
             ``{"whole_update": True}`` compiles the whole update (backward, clipping, Adam, Polyak).
@@ -127,12 +130,14 @@ class RLModule(L.LightningModule):
         if env_kwargs is not None and not isinstance(env_kwargs, dict):
             raise TypeError(f"env_kwargs must be a dict or None, got {type(env_kwargs).__name__}")
         self._env_options = {"backend": env_backend, **(env_kwargs or {})}
-        self._gymnasium_env = env_backend == "gymnasium" or (env_backend == "auto" and not is_native_env_id(env_id))
+        self._gymnasium_env = env_backend in ("gymnasium", "ray") or (
+            env_backend == "auto" and not is_native_env_id(env_id)
+        )
         #: Whether ``make_envs(render=True)`` builds envs that render their own frames (gymnasium's, EnvPool's).
         self._renders_frames = self._gymnasium_env or env_backend == "envpool"
         # A one-copy instance of the env gives its spaces (and checks env_id); no env is kept, so
         # the module pickles (ddp_spawn) whatever the env holds.
-        spec_env = make_envs(env_id, num_envs=1, seed=seed, **self._env_options)
+        spec_env = make_envs(env_id, num_envs=1, seed=seed, **_spec_env_options(self._env_options, num_envs))
         spec_env.close()
         if spec_env.action_kind not in self.action_kinds:
             raise ValueError(
@@ -266,6 +271,10 @@ class RLModule(L.LightningModule):
         options = {**self._env_options, "render": True} if render and self._renders_frames else self._env_options
         if compile:
             options = {**options, "compile": True}
+        if options["backend"] == "ray":
+            from rl_lightning.envs.ray_vector import options_for
+
+            options = options_for(options, num_envs)
         return make_envs(self.hparams.env_id, num_envs, seed=seed, device=self.device, **options)
 
     @property
@@ -839,6 +848,18 @@ def updates_per_step_for(trainer: L.Trainer, updates_per_step: int) -> int:
             )
             chosen = lowered
     return chosen
+
+
+def _spec_env_options(options: dict[str, Any], num_envs: int) -> dict[str, Any]:
+    """``make_envs``'s options for the one-copy env that gives a module its spaces: Ray's envs in this process
+    (the same env and spaces, without starting Ray workers where a module is only built)."""
+    if options["backend"] != "ray":
+        return options
+    from rl_lightning.envs.ray_vector import check_ray_options, split_ray_options
+
+    ray_options, env_options = split_ray_options(options)
+    check_ray_options(num_envs, **ray_options)  # a bad worker count is an error here, not when the run starts
+    return {**env_options, "backend": "gymnasium"}
 
 
 def _other_algorithms(action_kind: str) -> str:

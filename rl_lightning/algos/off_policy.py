@@ -88,7 +88,8 @@ class OffPolicyModule(RLModule):
         num_envs: envs stepped in lock-step per process.
         seed: network init (the same on every rank), envs (rank r: ``seed + r * num_envs``), exploration,
             replay sampling and the updates' own randomness (named streams, ``rl_lightning.seeding``).
-        env_backend: ``"auto"``, ``"torch"``, ``"gymnasium"``, ``"envpool"`` or ``"ale_vector"`` (``make_envs``).
+        env_backend: ``"auto"``, ``"torch"``, ``"gymnasium"``, ``"envpool"``, ``"ale_vector"`` or ``"ray"``
+            (``make_envs``).
         env_kwargs: for gymnasium envs.
         buffer_size: replay capacity in transitions (per process).
         batch_size: transitions per update.

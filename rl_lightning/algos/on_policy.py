@@ -36,7 +36,8 @@ class OnPolicyModule(RLModule):
         env_id: a native env id or any gymnasium id.
         num_envs: envs stepped in lock-step per process.
         seed: network init, envs (rank r: ``seed + r * num_envs``), action sampling, minibatch order.
-        env_backend: ``"auto"``, ``"torch"``, ``"gymnasium"``, ``"envpool"`` or ``"ale_vector"`` (``make_envs``).
+        env_backend: ``"auto"``, ``"torch"``, ``"gymnasium"``, ``"envpool"``, ``"ale_vector"`` or ``"ray"``
+            (``make_envs``).
         env_kwargs: for gymnasium envs.
         compile: the update functions through ``torch.compile`` (``rl_lightning.compiling``).
     """

@@ -71,7 +71,8 @@ class SACModule(OffPolicyModule):
         seed: seeds the network init (identical on every rank), the envs, exploration, replay sampling
             and the updates' action samples.
         checkpoint_buffer: save the replay buffer in checkpoints (exact resume).
-        env_backend: ``"auto"``, ``"torch"``, ``"gymnasium"``, ``"envpool"`` or ``"ale_vector"`` (``make_envs``).
+        env_backend: ``"auto"``, ``"torch"``, ``"gymnasium"``, ``"envpool"``, ``"ale_vector"`` or ``"ray"``
+            (``make_envs``).
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}``.
         compile: the update (:func:`sac_losses`) and a native env's step through ``torch.compile``
             (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments, and

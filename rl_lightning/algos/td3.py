@@ -65,7 +65,8 @@ class TD3Module(OffPolicyModule):
         seed: seeds the network init (identical on every rank), the envs, exploration, replay sampling
             and the target noise.
         checkpoint_buffer: save the replay buffer in checkpoints (exact resume).
-        env_backend: ``"auto"``, ``"torch"``, ``"gymnasium"``, ``"envpool"`` or ``"ale_vector"`` (``make_envs``).
+        env_backend: ``"auto"``, ``"torch"``, ``"gymnasium"``, ``"envpool"``, ``"ale_vector"`` or ``"ray"``
+            (``make_envs``).
         env_kwargs: for gymnasium envs.
         compile: the update (:func:`td3_losses`) and a native env's step through ``torch.compile``
             (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments, and

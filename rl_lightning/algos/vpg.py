@@ -65,8 +65,9 @@ class VPGModule(OnPolicyModule):
             an MLP of ``hidden_sizes`` (a CNN for image observations). Not saved in checkpoints'
             hyper-parameters: pass it again to ``load_from_checkpoint``.
         env_backend: ``"auto"`` (native torch env where there is one, else gymnasium's),
-            ``"torch"``, ``"gymnasium"`` (the adapter, also for a native id), ``"envpool"`` or ``"ale_vector"``
-            (Atari and EnvPool's MuJoCo tasks in C++: ``EnvPoolVectorEnv``, ``AleVectorEnv``).
+            ``"torch"``, ``"gymnasium"`` (the adapter, also for a native id), ``"envpool"``, ``"ale_vector"``
+            (Atari and EnvPool's MuJoCo tasks in C++: ``EnvPoolVectorEnv``, ``AleVectorEnv``) or ``"ray"``
+            (gymnasium's envs in Ray actors: ``RayVectorEnv``; ``env_kwargs={"num_workers": 2}``).
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
         compile: the update (:func:`vpg_loss`, forward and backward) and, on CUDA, the acting step through
             ``torch.compile`` (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments

@@ -313,18 +313,7 @@ class GymnasiumVectorEnv(VectorEnv):
         if self._mujoco:
             route_mujoco_warnings()  # its C warnings once, not at every model load (mujoco_warnings)
         #: gymnasium's vector env doing the work.
-        self.gymnasium_envs = gym.make_vec(
-            env_id,
-            num_envs=num_envs,
-            vectorization_mode=vectorization_mode,
-            # copy=False: every array is converted (copied) into a fresh tensor anyway.
-            vector_kwargs={
-                "autoreset_mode": gym.vector.AutoresetMode.SAME_STEP,
-                "copy": False,
-                **({"worker": _quiet_async_worker} if vectorization_mode == "async" else {}),
-            },
-            **env_kwargs,
-        )
+        self.gymnasium_envs = self._make_gymnasium_envs(env_id, num_envs, env_kwargs)
         try:
             self._convert_action_space(env_id, self.gymnasium_envs.single_action_space)
             self._convert_observation_space(env_id, self.gymnasium_envs.single_observation_space)
@@ -417,6 +406,21 @@ class GymnasiumVectorEnv(VectorEnv):
             raise _unsupported(
                 env_id, "action", space, "Discrete, floating Box, 1-d MultiDiscrete and 1-d MultiBinary actions"
             )
+
+    def _make_gymnasium_envs(self, env_id: str, num_envs: int, env_kwargs: dict[str, Any]) -> gym.vector.VectorEnv:
+        """Gymnasium's vector env doing the work (``RayVectorEnv``: its copies in Ray actors)."""
+        return gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode=self.vectorization_mode,
+            # copy=False: every array is converted (copied) into a fresh tensor anyway.
+            vector_kwargs={
+                "autoreset_mode": gym.vector.AutoresetMode.SAME_STEP,
+                "copy": False,
+                **({"worker": _quiet_async_worker} if self.vectorization_mode == "async" else {}),
+            },
+            **env_kwargs,
+        )
 
     # -- the contract ---------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv, gymnasium_spec
 EnvFactory = Callable[..., VectorEnv]
 _REGISTRY: dict[str, EnvFactory] = {}
 _SOLVED_RETURNS: dict[str, float] = {}
-BACKENDS = ("auto", "torch", "gymnasium", "envpool", "ale_vector")
+BACKENDS = ("auto", "torch", "gymnasium", "envpool", "ale_vector", "ray")
 #: The backends over C++ vector envs, by name.
 _POOLED_BACKENDS = {"envpool": EnvPoolVectorEnv, "ale_vector": AleVectorEnv}
 
@@ -107,7 +107,9 @@ def make_envs(
             the adapter even for an id that has a native env (e.g. to compare the two);
             ``"envpool"``: EnvPool's C++ envs (:class:`EnvPoolVectorEnv`: Atari ids, always with the
             Atari preset, and MuJoCo ids); ``"ale_vector"``: ale-py's C++ vector env
-            (:class:`AleVectorEnv`: Atari ids, always with the preset).
+            (:class:`AleVectorEnv`: Atari ids, always with the preset); ``"ray"``: any gymnasium id stepped
+            in Ray actors (:class:`~rl_lightning.envs.ray_vector.RayVectorEnv`, the ``ray`` extra: the same
+            trajectories as ``"gymnasium"``, the simulation in ``num_workers`` remote workers).
         compile: run a native env's dynamics through ``torch.compile`` (the classic-control envs,
             whose factories take ``compile``; see
             :class:`~rl_lightning.envs._classic_control.ClassicControlEnv`).
@@ -115,7 +117,8 @@ def make_envs(
             Atari preset) and the env's own keyword arguments (see :class:`GymnasiumVectorEnv`); for
             ``"envpool"``: ``atari``, ``render`` and EnvPool's own arguments (``num_threads``, ...); for
             ``"ale_vector"``: ``atari`` and ale-py's ``num_threads``, ``thread_affinity_offset``,
-            ``full_action_space``.
+            ``full_action_space``; for ``"ray"``: the gymnasium adapter's and ``num_workers``,
+            ``envs_per_worker``, ``address``, ``num_cpus_per_worker``.
 
     Raises:
         ValueError: for an id that is neither native nor gymnasium's, a bad ``backend``, a
@@ -134,6 +137,16 @@ def make_envs(
                 f"backend={backend!r}'s C++ envs; pass compile=False"
             )
         return _POOLED_BACKENDS[backend](env_id, num_envs, seed=seed, device=device, **gym_kwargs)
+    if backend == "ray":
+        if compile:
+            raise ValueError(
+                f"compile=True applies to native torch envs only (a torch.compile of their dynamics), not to the "
+                f"gymnasium env {env_id!r} in Ray workers; pass compile=False"
+            )
+        _check_gymnasium_id(env_id)
+        from rl_lightning.envs.ray_vector import RayVectorEnv
+
+        return RayVectorEnv(env_id, num_envs, seed=seed, device=device, **gym_kwargs)
     if backend != "gymnasium" and env_id in _REGISTRY:
         if gym_kwargs:
             raise TypeError(
@@ -162,14 +175,22 @@ def make_envs(
             f"compile=True applies to native torch envs only (a torch.compile of their dynamics), not to the "
             f"gymnasium env {env_id!r}; native ids with compiled dynamics: {', '.join(compilable_env_ids())}"
         )
-    native = f"native env ids: {', '.join(registered_env_ids())}"
     if backend == "torch":
-        raise ValueError(f"unknown env_id {env_id!r} for backend='torch'; {native}")
+        raise ValueError(f"unknown env_id {env_id!r} for backend='torch'; native env ids: {_native_ids()}")
+    _check_gymnasium_id(env_id)
+    return GymnasiumVectorEnv(env_id, num_envs, seed=seed, device=device, **gym_kwargs)
+
+
+def _native_ids() -> str:
+    return ", ".join(registered_env_ids())
+
+
+def _check_gymnasium_id(env_id: str) -> None:
+    """A ``ValueError`` saying what is allowed for an id that gymnasium does not know."""
     try:
         gymnasium_spec(env_id)
     except ValueError as error:
         raise ValueError(
-            f"unknown env_id {env_id!r}; {native}; or any gymnasium id (gymnasium.registry), e.g. FrozenLake-v1. "
-            f"gymnasium: {error}"
+            f"unknown env_id {env_id!r}; native env ids: {_native_ids()}; or any gymnasium id (gymnasium.registry), "
+            f"e.g. FrozenLake-v1. gymnasium: {error}"
         ) from None
-    return GymnasiumVectorEnv(env_id, num_envs, seed=seed, device=device, **gym_kwargs)
