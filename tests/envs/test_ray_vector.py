@@ -4,8 +4,10 @@ the info, Dict observations), a dead worker named in the error, bad arguments re
 modules training on it exactly as on the in-process backend."""
 
 import socket
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import lightning as L
@@ -222,3 +224,18 @@ def test_every_algorithm_trains_on_ray_workers_exactly_as_in_process(algorithm):
     assert remote.env_steps == local.env_steps >= 60
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+
+
+def test_ddp_ranks_each_step_their_own_ray_workers_and_stay_in_sync(tmp_path):
+    script = Path(__file__).with_name("ray_ddp_fit.py")
+    process = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert process.returncode == 0, (process.stdout + process.stderr)[-3000:]
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in (0, 1)]
+    assert all(rank["envs"].startswith("RayVectorEnv('CartPole-v1', num_envs=4, num_workers=2") for rank in ranks)
+    assert ranks[0]["env_steps"] == ranks[1]["env_steps"] >= 2 * 4 * 16  # the run's env steps, both ranks'
+    assert all(
+        torch.equal(ranks[0]["state_dict"][name], ranks[1]["state_dict"][name]) for name in ranks[0]["state_dict"]
+    )
+    assert not torch.equal(ranks[0]["first_obs"], ranks[1]["first_obs"])  # seeds seed + rank * num_envs: distinct
