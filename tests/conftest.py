@@ -17,6 +17,7 @@ os.environ.setdefault("PL_TRAINER_ACCELERATOR", "cpu")
 _SLOW_FILES = {
     "distributed/test_ddp.py",
     "distributed/test_ddp_dqn.py",
+    "distributed/test_ray_train.py",
     "resume/test_resume.py",
     "test_robustness_commands.py",
     "test_scripts.py",

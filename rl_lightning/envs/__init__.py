@@ -23,6 +23,7 @@ from rl_lightning.envs.probes import (
     Probe4,
     Probe5,
 )
+from rl_lightning.envs.ray_vector import RayVectorEnv
 from rl_lightning.envs.registry import make_envs, register, registered_env_ids, solved_return
 from rl_lightning.envs.structured_probes import DictProbe, MaskedProbe, MultiBinaryProbe, MultiDiscreteProbe
 
@@ -76,6 +77,7 @@ __all__ = [
     "Probe3",
     "Probe4",
     "Probe5",
+    "RayVectorEnv",
     "VectorEnv",
     "make_envs",
     "register",
