@@ -41,7 +41,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         temporary: str | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            # Lightning's SLURM resume reads the digits of every name holding "hpc_ckpt_" as a version: a
+            # temporary file left by a kill mid-write must not hold it.
+            prefix = "." + path.name.replace("hpc_ckpt_", "hpc-ckpt-") + "."
+            handle, temporary = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
             with os.fdopen(handle, "wb") as file:
                 torch.save(checkpoint, file)
                 file.flush()
@@ -268,12 +271,21 @@ def gather_over_ranks(value: Any, world_size: int) -> list[Any]:
 
 
 def restore_source(source: Any, states: list[Any], rank: int, world_size: int, env_id: str) -> None:
-    """Load rank ``rank``'s state of a checkpoint's ``states`` (one per rank) into ``source``; with another
-    number of processes, or envs that cannot save their state, the envs start fresh (with a warning)."""
-    if len(states) != world_size or states[rank] is None:
+    """Load rank ``rank``'s state of a checkpoint's ``states`` (one per rank) into ``source``. A checkpoint of another
+    number of processes (``num_nodes`` x ``devices``), a rank without a state, or envs that cannot save their state:
+    that data starts fresh, with a warning that says the resume is not exact."""
+    if len(states) != world_size:
         rank_zero_warn(
-            f"the checkpoint holds data-source states of {len(states)} process(es), this run has "
-            f"{world_size}: the envs start fresh (weights, optimizer and env-step counter are restored)"
+            f"not an exact resume: the checkpoint was saved by a run of {len(states)} process(es) (num_nodes x "
+            f"devices), this run has {world_size}; weights, optimizer and env-step counter are restored, but each "
+            f"process's data source (envs, replay buffer) starts fresh. Resume on {len(states)} process(es) in all "
+            "to continue exactly"
+        )
+        return
+    if states[rank] is None:
+        rank_zero_warn(
+            f"not an exact resume: the checkpoint holds no data-source state of process {rank}; its envs (and replay "
+            "buffer) start fresh, while weights, optimizer and env-step counter are restored"
         )
         return
     source.load_state_dict(states[rank])

@@ -265,6 +265,7 @@ _LIGHTNING_CHATTER = (
     "Loaded model weights from the checkpoint",
     "`weights_only` was not set",
     "Received SIGTERM:",  # the "stopped by SIGTERM" line says it
+    "Bypassing SIGTERM:",  # under SLURM's auto-requeue; the stop line says what stopped the run
 )
 _LIGHTNING_LOGGERS = (
     "lightning.pytorch.utilities.rank_zero",
@@ -363,12 +364,21 @@ def _wait_for_ddp_children(timeout: float = 30.0) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _stop_name(signum: int | None) -> str:
+    """How a stop's report names the signal that asked for it (None: a rank that another rank's request stopped)."""
+    import signal
+
+    if signum is None:
+        return "a stop request to another process of the run"
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
 def run_script(main: Any) -> None:
-    """Run a training script's ``main``: a stop by SIGTERM or Ctrl-C exits with 143 / 130 after
-    saying where the resumable checkpoint is (a Ctrl-C during a fit stops at the same safe point as a
-    SIGTERM, so it resumes exactly), a diverged run (non-finite loss or weights), a checkpoint that
-    could not be written (disk full) or another failure of the file system (a read-only directory)
-    with 1 and the error in one line, never with 0."""
+    """Run a training script's ``main``: a stop by SIGTERM or Ctrl-C exits with 143 / 130 (SLURM's requeue
+    signal, SIGUSR1: 138, see ``CheckpointOnStop``) after saying where the resumable checkpoint is (a
+    Ctrl-C during a fit stops at the same safe point as a SIGTERM, so it resumes exactly), a diverged run
+    (non-finite loss or weights), a checkpoint that could not be written (disk full) or another failure
+    of the file system (a read-only directory) with 1 and the error in one line, never with 0."""
     import signal
     import sys
 
@@ -380,16 +390,17 @@ def run_script(main: Any) -> None:
     previous = {signum: signal.signal(signum, requests.handle) for signum in (signal.SIGINT, signal.SIGTERM)}
 
     def stopped(code: int) -> None:
-        name = "Ctrl-C" if requests.first == signal.SIGINT else "SIGTERM"
         _wait_for_ddp_children()
-        print(f"stopped by {name}: resume with --ckpt_path last", file=sys.stderr)
+        print(f"stopped by {_stop_name(requests.first)}: resume with --ckpt_path last", file=sys.stderr)
         sys.exit(code)
 
     try:
         with quiet_lightning():
             main()
     except SIGTERMException:
-        stopped(130 if requests.first == signal.SIGINT else 143)
+        # 128 + the signal, as a shell reports a process it ended: 130 Ctrl-C, 143 SIGTERM, 138 SIGUSR1 (SLURM's
+        # requeue signal, handed on by CheckpointOnStop); 143 on a rank stopped because another was asked to.
+        stopped(128 + (requests.first or signal.SIGTERM))
     except KeyboardInterrupt:
         stopped(130)
     except SystemExit as exit_:
