@@ -34,7 +34,7 @@ from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCL
 
 from rl_lightning._command_line_renames import model_class_at, renamed_arguments
 from rl_lightning.algos import ALGORITHMS
-from rl_lightning.callbacks import EnvStepBudget
+from rl_lightning.callbacks import CheckpointOnStop, EnvStepBudget
 from rl_lightning.callbacks.guard import check_trainer_settings
 from rl_lightning.checkpoints import CHECKPOINT_KEY, load_checkpoint_file, resolve_ckpt_path
 from rl_lightning.deprecations import same_value
@@ -234,6 +234,9 @@ class RLLightningCLI(LightningCLI):
             config = self.config[self.subcommand]
             self._set_up_run(config.get("total_env_steps"), own_logger=config.trainer.get("logger") is None)
             self.trainer.callbacks.append(RunLines())
+            if not any(isinstance(callback, CheckpointOnStop) for callback in self.trainer.callbacks):
+                # SIGTERM, Ctrl-C and SLURM's requeue signal leave an exact resume point, as in the scripts
+                self.trainer.callbacks.append(CheckpointOnStop())
 
     # -- shared with ScriptCLI ------------------------------------------------------------------------
 

@@ -157,6 +157,14 @@ def test_dqn_config_fits_with_tiny_settings(tmp_path):
     assert (_version_0(tmp_path, "DQN-CartPole-v1") / "checkpoints" / "last.ckpt").is_file()
 
 
+def test_fit_leaves_a_resume_point_on_sigterm_and_slurm_requeue_as_the_scripts_do(tmp_path):
+    from rl_lightning.callbacks import CheckpointOnStop
+
+    cli = make_cli(["fit", "--config", str(VPG_CONFIG), *TINY_VPG, "--trainer.default_root_dir", str(tmp_path)])
+    assert sum(isinstance(callback, CheckpointOnStop) for callback in cli.trainer.callbacks) == 1
+    assert cli.trainer.global_step == 2
+
+
 def test_bf16_mixed_precision_fits_vpg_on_cpu(tmp_path):
     cli = make_cli(
         [
