@@ -19,6 +19,7 @@ class Record(L.Callback):
             "env_steps": pl_module.env_steps,
             "global_step": trainer.global_step,
             "world_size": trainer.world_size,
+            "envs": repr(getattr(pl_module.source, "envs", None)),
         }
         self.out_dir.mkdir(parents=True, exist_ok=True)
         torch.save(record, self.out_dir / f"rank{trainer.global_rank}.pt")

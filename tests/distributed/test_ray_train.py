@@ -175,6 +175,28 @@ def test_ckpt_path_last_is_found_on_the_driver_and_no_log_directory_claimed_befo
     assert sorted(path.name for path in (root / RUN_DIR).iterdir()) == ["version_0", "version_1"]
 
 
+def test_env_workers_in_ray_actors_train_inside_ray_train_workers(ray_cluster, tmp_path):
+    # Item 3 through item 2: each Ray Train worker (a DDP rank) steps its envs in Ray actors of the same cluster.
+    from rl_lightning import PPOModule
+
+    module_kwargs = {"num_envs": 4, "num_steps_per_rollout": 16, "seed": 1, "env_backend": "ray"}
+    trainer = ray_trainer(
+        PPOModule,
+        {**module_kwargs, "env_kwargs": {"num_workers": 2}},
+        trainer_kwargs={"max_steps": 4},
+        run_callbacks={**RUN_CALLBACKS, "eval_every_n_env_steps": 10**9},
+        callbacks=[ray_train_record.Record(tmp_path / "record")],
+        root_dir=tmp_path / "run",
+        storage_path=str(tmp_path / "ray"),
+        name="ppo-ray-envs",
+    )
+    assert trainer.fit().error is None
+    first, second = _records(tmp_path / "record")
+    assert first["envs"] == second["envs"] == "RayVectorEnv('CartPole-v1', num_envs=4, num_workers=2, device=cpu)"
+    assert first["env_steps"] == second["env_steps"] >= 2 * 4 * 16
+    _assert_same_weights(first["state_dict"], second["state_dict"])
+
+
 def _timed_error(error_type, function, *args, **kwargs):
     started = time.perf_counter()
     with pytest.raises(error_type) as error:
