@@ -147,6 +147,9 @@ def main() -> None:
     ray.shutdown()
     sync = statistics.median(rates["sync"])
     per_env_step = 1 / sync  # seconds of one env step in-process (simulation + conversion)
+    batch_x1 = args.num_envs / statistics.median(rates["ray x1"])  # seconds per batch step, 1 worker
+    batch_x2 = args.num_envs / statistics.median(rates.get("ray x2", rates["ray x1"]))
+    per_worker = max(batch_x2 - batch_x1, 1e-6)
     overhead = remote - local
     table, slow_table = _table(rates), _table(slow)
     text = f"""# Env workers: in-process, subprocesses and Ray actors
@@ -176,18 +179,27 @@ the arrays in the object store, fetch them).
   so it is amortised over `envs_per_worker` copies. Workers gain where the simulation of one batch costs more than
   a round trip and there are idle cores; on {cpus} cores shared with the learner and Ray's own processes they
   cannot beat one process by much, and the table shows by how much (or how little) they do.
-- 8 nodes x 16 cores = 128 cores. At one worker per core with `envs_per_worker = E`, a step of the whole batch takes
-  about `E x {per_env_step * 1e6:.0f} us + {overhead * 1e3:.2f} ms`, all workers in parallel: with E = 8,
-  {128 * 8 / (8 * per_env_step + overhead):,.0f} env steps / s; with E = 32,
-  {128 * 32 / (32 * per_env_step + overhead):,.0f} env steps / s (the round trip then matters little). Across
+- The learner's side grows with the workers: one batch step took {batch_x1 * 1e3:.2f} ms with 1 worker and
+  {batch_x2 * 1e3:.2f} ms with 2 (the fast env, where the simulation is not the cost): about
+  **{per_worker * 1e3:.2f} ms more per worker** for the learner's process to send the actions and gather and
+  convert the results (on this 2-core machine that also competes with the workers for the cores, so it is an
+  upper bound).
+- 8 nodes x 16 cores = 128 cores, one worker per core, `envs_per_worker = E`: the workers step in parallel in
+  about `E x {per_env_step * 1e6:.0f} us + {overhead * 1e3:.2f} ms`, but one learner gathers 128 results per
+  batch step, about `128 x {per_worker * 1e3:.2f} ms` = {128 * per_worker * 1e3:.0f} ms. That gather is what stops
+  it first: one learner reaches about {128 * 8 / max(128 * per_worker, 8 * per_env_step + overhead):,.0f} env
+  steps / s with E = 8 and {128 * 32 / max(128 * per_worker, 32 * per_env_step + overhead):,.0f} with E = 32
+  (more copies per worker amortise the gather). With one learner rank per node (8 DDP ranks, each with the 16
+  workers of its node: `--num_nodes 8` with `env_backend="ray"`), each gathers 16 results:
+  {8 * 16 * 32 / max(16 * per_worker, 32 * per_env_step + overhead):,.0f} env steps / s at E = 32 in all. Across
   nodes the round trip grows by the network's latency (~0.05-0.2 ms on a LAN) and the bytes per step are small
-  ({args.env_id}: observations of a few dozen float32 per copy), so the network is not what stops it.
-- What stops it is the learner: the batch is stepped by one learner process (or one per DDP rank) that must act
-  on every observation and update. An off-policy learner doing one update per env step (SAC, TD3) at a few hundred
-  to a few thousand updates per second (benchmarks/results/engine.md) caps the useful env rate there, whatever the
-  workers could give; PPO's rollout-then-update cycle lets env steps run ahead of updates, so it scales further,
-  until the learner's forward pass per step (one batched call for all copies) becomes the limit. More learners
-  (DDP ranks, each with its own workers: `--devices`/`--num_nodes`, or Ray Train) raise that cap.
+  ({args.env_id}: a few dozen float32 per copy), so the network's bandwidth is not the limit.
+- Then the learner's own work: it acts on every observation (one batched forward for all copies) and updates.
+  An off-policy learner doing one update per env step (SAC, TD3) at a few hundred to a few thousand updates per
+  second on a CPU (benchmarks/results/engine.md) caps the useful env rate far below those figures, whatever the
+  workers could give; PPO's rollout-then-update cycle lets env steps run ahead of updates, so it uses more of
+  them. For a cheap simulator like HalfCheetah, in-process stepping on the learner's cores (or EnvPool) is the
+  faster choice at any scale; Ray workers are for simulators whose step costs milliseconds.
 """
     args.output.write_text(text)
     print(text)
