@@ -15,7 +15,7 @@ from rl_lightning.deprecations import renamed_keywords
 
 
 @renamed_keywords(done="dones")  # the seeds' name
-def compute_returns(rewards: Tensor, dones: Tensor, gamma: float) -> Tensor:
+def compute_returns(rewards: Tensor, dones: Tensor, gamma: float = 0.9) -> Tensor:
     """Discounted returns G_t = r_t + gamma * G_{t+1}, restarting at every episode boundary.
 
     ``dones[:, t]`` marks that the episode ended on step t (terminated or truncated), so
@@ -25,7 +25,7 @@ def compute_returns(rewards: Tensor, dones: Tensor, gamma: float) -> Tensor:
     Args:
         rewards: ``(num_envs, num_steps)``.
         dones: bool ``(num_envs, num_steps)``.
-        gamma: discount factor in [0, 1].
+        gamma: discount factor in [0, 1] (0.9 by default, as in the seeds).
 
     Returns:
         float32 ``(num_envs, num_steps)``.
@@ -56,8 +56,12 @@ def normalize_returns(returns: Tensor, eps: float = 1e-8) -> Tensor:
     return (returns - returns.mean()) / (returns.std() + eps)
 
 
-def compute_logprobs(obs: Tensor, actions: Tensor, policy: nn.Module) -> Tensor:
+@renamed_keywords(tau="obs", pi="policy")  # the seeds' names
+def compute_logprobs(obs: Tensor, actions: Tensor | nn.Module | None = None, policy: nn.Module | None = None) -> Tensor:
     """log pi(a_t | s_t) under ``policy`` for the actions taken.
+
+    The seeds' call ``compute_logprobs(tau, pi)`` (a rollout with ``obs`` and ``actions``, and the policy)
+    works too.
 
     Args:
         obs: ``(num_envs, num_steps, *obs_shape)``.
@@ -68,6 +72,14 @@ def compute_logprobs(obs: Tensor, actions: Tensor, policy: nn.Module) -> Tensor:
     Returns:
         ``(num_envs, num_steps)``, differentiable w.r.t. the policy's parameters.
     """
+    if isinstance(obs, tuple) and hasattr(obs, "actions"):  # the seeds' (tau, pi): duck-typed RolloutTensors
+        if policy is None:
+            actions, policy = None, actions
+        if actions is not None:
+            raise TypeError("compute_logprobs(tau, pi) takes the actions from tau: pass no actions")
+        obs, actions = obs.obs, obs.actions
+    if actions is None or policy is None:
+        raise TypeError("compute_logprobs needs obs, actions and policy (or the seeds' tau and pi)")
     log_prob = getattr(policy, "log_prob", None)  # duck-typed: the losses know no network class
     if callable(log_prob):
         return log_prob(obs, actions)
@@ -75,14 +87,18 @@ def compute_logprobs(obs: Tensor, actions: Tensor, policy: nn.Module) -> Tensor:
     return log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
 
+@renamed_keywords(logprobs_taken="new_logprobs", tau="old_logprobs")  # the seeds' names
 def compute_importance_weights(new_logprobs: Tensor, old_logprobs: Tensor, clip_coef: float | None) -> Tensor:
     """pi(a|s) / pi_old(a|s) as exp of the log difference, detached, optionally clamped.
 
     Args:
         new_logprobs: logprobs under the policy being trained.
-        old_logprobs: logprobs recorded when the rollout was collected.
+        old_logprobs: logprobs recorded when the rollout was collected, or (the seeds' call
+            ``compute_importance_weights(logprobs_taken, tau, clip_coef)``) the rollout holding them as ``logprobs``.
         clip_coef: if given, weights are clamped to [1 - clip_coef, 1 + clip_coef].
     """
+    if isinstance(old_logprobs, tuple):  # the seeds' tau: a RolloutTensors
+        old_logprobs = old_logprobs.logprobs
     weights = torch.exp(new_logprobs - old_logprobs).detach()
     if clip_coef is not None:
         weights = weights.clamp(1 - clip_coef, 1 + clip_coef)
@@ -164,6 +180,24 @@ def compute_td_loss(q_values: Tensor, td_targets: Tensor, loss: str = "mse") -> 
     raise ValueError(f"loss must be 'mse' or 'huber', got {loss!r}")
 
 
+def compute_weighted_td_loss(q_values: Tensor, td_targets: Tensor, weights: Tensor, loss: str = "mse") -> Tensor:
+    """Prioritized replay's TD loss: ``mean_i w_i l(Q_i - y_i)``, ``l`` squared (or Huber), in float32. The
+    importance weights ``w`` undo the bias of sampling by priority (Schaul et al. 2016); all ones, it is
+    :func:`compute_td_loss` up to rounding.
+
+    Args:
+        q_values, td_targets, weights: ``(batch,)``.
+    """
+    q_values, td_targets = q_values.float(), td_targets.float()
+    if loss == "mse":
+        per_sample = (q_values - td_targets).square()
+    elif loss == "huber":
+        per_sample = F.smooth_l1_loss(q_values, td_targets, reduction="none")
+    else:
+        raise ValueError(f"loss must be 'mse' or 'huber', got {loss!r}")
+    return (weights.float() * per_sample).mean()
+
+
 # -- continuous control off-policy (SAC, TD3) ---------------------------------------------------
 
 
@@ -175,6 +209,29 @@ def compute_ensemble_td_loss(q_values: Tensor, td_targets: Tensor) -> Tensor:
         td_targets: ``(batch,)``, without gradient.
     """
     return (q_values.float() - td_targets.float().unsqueeze(0)).square().mean(dim=1).sum()
+
+
+def compute_weighted_ensemble_td_loss(q_values: Tensor, td_targets: Tensor, weights: Tensor) -> Tensor:
+    """Prioritized replay's :func:`compute_ensemble_td_loss`: each critic's squared TD errors weighted by the
+    samples' importance weights, then averaged, summed over the critics.
+
+    Args:
+        q_values: ``(num_critics, batch)``.
+        td_targets, weights: ``(batch,)``.
+    """
+    errors = (q_values.float() - td_targets.float().unsqueeze(0)).square()
+    return (weights.float().unsqueeze(0) * errors).mean(dim=1).sum()
+
+
+def compute_ensemble_td_errors(q_values: Tensor, td_targets: Tensor) -> Tensor:
+    """Each sample's largest ``|Q_i(s, a) - y|`` over the critics, detached (prioritized replay's TD error of a
+    critic ensemble, as TorchRL's SAC and TD3 losses report it).
+
+    Args:
+        q_values: ``(num_critics, batch)``.
+        td_targets: ``(batch,)``.
+    """
+    return (q_values.detach().float() - td_targets.detach().float().unsqueeze(0)).abs().amax(dim=0)
 
 
 def compute_sac_target(

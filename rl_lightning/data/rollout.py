@@ -54,12 +54,52 @@ class RolloutTensors(NamedTuple):
         return RolloutTensors(*(None if field is None else field[index] for field in self))
 
 
+_namedtuple_new = RolloutTensors.__new__
+
+
+def _rollout_tensors_new(
+    cls: type[RolloutTensors],
+    obs: Tensor,
+    actions: Tensor,
+    logprobs: Tensor,
+    rewards: Tensor,
+    terminated: Tensor | None = None,
+    truncated: Tensor | None = None,
+    values: Tensor | None = None,
+    next_values: Tensor | None = None,
+    *,
+    dones: Tensor | None = None,
+) -> RolloutTensors:
+    """``RolloutTensors(obs, actions, logprobs, rewards, terminated, truncated, ...)``, and the seeds' call
+    ``RolloutTensors(obs, actions, logprobs, rewards, dones)`` (positional or ``dones=``): their one flag, done =
+    terminated | truncated, is kept as ``terminated`` with ``truncated`` all False (``dones`` reads it back);
+    ``truncated`` None means no step was truncated."""
+    if dones is not None:
+        if terminated is not None or truncated is not None:
+            raise TypeError("RolloutTensors takes terminated (and truncated) or the seeds' dones, not both")
+        terminated = dones
+    if terminated is None:
+        raise TypeError("RolloutTensors needs terminated (or the seeds' dones)")
+    if truncated is None:
+        truncated = torch.zeros_like(terminated, dtype=torch.bool)
+    return _namedtuple_new(cls, obs, actions, logprobs, rewards, terminated, truncated, values, next_values)
+
+
+# Set on the NamedTuple itself, not in a subclass: torch.compile takes a subclass that overrides __new__ for
+# no namedtuple. A call with terminated and truncated builds what the generated __new__ did; only the seeds'
+# shorter calls (which raised before) take the new branches.
+RolloutTensors.__new__ = staticmethod(_rollout_tensors_new)  # type: ignore[method-assign]
+
+
 #: What ``Rollout.add_step`` stores per step, in the record's order.
 _STEP_FIELDS = RolloutTensors._fields[:7]
 
 
 class Rollout:
     """Per-step tensors of ``num_envs`` trajectories, stacked once when read.
+
+    The seeds' API, kept (``tests/test_seeds_contract.py``): ``Rollout(max_steps)``, ``add_step(obs, actions,
+    logprobs, rewards, dones)``, ``reset()``, ``get()``, ``get_batches(batch_size)``, ``timestep``, ``MAX_SIZE``.
 
     Args:
         max_steps: the most timesteps it holds; ``add_step`` past that raises ``ValueError``.
@@ -79,18 +119,28 @@ class Rollout:
         """Number of steps stored."""
         return len(self._steps)
 
+    @property
+    def MAX_SIZE(self) -> int:
+        """The seeds' name of ``max_steps``."""
+        return self.max_steps
+
     def add_step(
         self,
         obs: Tensor,
         actions: Tensor,
         logprobs: Tensor,
         rewards: Tensor,
-        terminated: Tensor,
+        terminated: Tensor | None = None,
         truncated: Tensor | None = None,
         values: Tensor | None = None,
         final_obs: Tensor | None = None,
+        *,
+        dones: Tensor | None = None,
     ) -> None:
         """Store one timestep of every env.
+
+        The seeds' call ``add_step(obs, actions, logprobs, rewards, dones)`` (positional or ``dones=``) stores their
+        one flag, done = terminated | truncated, as ``terminated`` (``get().dones`` reads it back unchanged).
 
         Args:
             obs: ``(num_envs, *obs_shape)`` the obs the agent acted on.
@@ -101,11 +151,19 @@ class Rollout:
                 by a time limit (truncated None: it did not).
             values: ``(num_envs,)`` V(obs) of an actor-critic, or None.
             final_obs: ``info["final_observation"]`` of the step (kept for :meth:`final_observations`), or None.
+            dones: bool ``(num_envs,)``, the seeds' flag (in place of ``terminated`` and ``truncated``).
 
         Raises:
             ValueError: if the rollout already holds ``max_steps`` steps, or the first step's shapes
                 disagree on ``num_envs`` (the later steps' are checked when stacked).
+            TypeError: neither ``terminated`` nor ``dones`` given, or ``dones`` with either flag.
         """
+        if dones is not None:
+            if terminated is not None or truncated is not None:
+                raise TypeError("add_step takes terminated (and truncated) or the seeds' dones, not both")
+            terminated = dones
+        if terminated is None:
+            raise TypeError("add_step needs terminated (or the seeds' dones)")
         if self.timestep >= self.max_steps:
             raise ValueError(f"Rollout is full: it already holds max_steps={self.max_steps} steps")
         if truncated is None:
@@ -138,6 +196,19 @@ class Rollout:
                 raise ValueError(f"the steps' {name} differ in shape: {error}") from None
         obs, actions, logprobs, rewards, terminated, truncated, values = stacked
         return RolloutTensors(obs, actions, logprobs, rewards.float(), terminated.bool(), truncated.bool(), values)
+
+    def get_batches(self, batch_size: int) -> list[RolloutTensors]:
+        """:meth:`get` split along the envs into batches of ``batch_size`` whole trajectories (views; the last
+        batch holds the remainder where ``batch_size`` does not divide ``num_envs``), as ``torch.split`` cuts.
+
+        Raises:
+            ValueError: ``batch_size`` not a positive int, or the rollout empty.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        rollout = self.get()
+        num_envs = rollout.rewards.shape[0]  # obs may be a dict of tensors
+        return [rollout.select_envs(slice(start, start + batch_size)) for start in range(0, num_envs, batch_size)]
 
     def final_observations(self) -> Tensor:
         """The stored steps' ``final_obs``, ``(num_envs, timestep, *obs_shape)``."""

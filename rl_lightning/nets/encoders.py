@@ -64,16 +64,17 @@ def as_observation_space(space: gym.spaces.Box | gym.spaces.Dict | Sequence[int]
 
 
 def as_action_space(space: gym.Space | int) -> gym.Space:
-    """A gymnasium ``Discrete``, ``Box``, ``MultiDiscrete`` or ``MultiBinary``, or an int taken as ``Discrete(n)``."""
-    if isinstance(space, bool) or not isinstance(space, (int, gym.Space)):
+    """A gymnasium ``Discrete``, ``Box``, ``MultiDiscrete`` or ``MultiBinary``, or an int taken as ``Discrete(n)``
+    (numpy's too: the seeds pass ``envs.action_space.n``, a ``np.int64``)."""
+    if isinstance(space, (bool, np.bool_)) or not isinstance(space, (int, np.integer, gym.Space)):
         raise TypeError(
             f"action_space must be a gymnasium Discrete, Box, MultiDiscrete or MultiBinary space (or an int n), "
             f"got {space!r}"
         )
-    if isinstance(space, int):
+    if isinstance(space, (int, np.integer)):
         if space < 1:
             raise ValueError(f"the number of actions must be >= 1, got {space}")
-        return gym.spaces.Discrete(space)
+        return gym.spaces.Discrete(int(space))
     space_kind(space)  # a ValueError for other spaces
     return space
 
