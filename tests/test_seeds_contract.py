@@ -301,6 +301,10 @@ def test_the_seeds_vpg_args_are_vpg_module_hyperparameters():
     hp = module.hparams
     assert (hp.num_envs, hp.num_steps_per_rollout, hp.lr, hp.gamma, hp.seed) == (32, 500, 2e-2, 0.99, 1337)
     assert (hp.anneal_lr, hp.importance_weighting, hp.iw_clip, hp.normalize_returns) == (False, False, 0.2, True)
+    # the seeds' VPGArgs leave lr_end / lr_frac None: today's defaults (0 and 1)
+    with pytest.warns(DeprecationWarning):
+        seeded = VPGModule(use_lr_decay=False, lr_end=None, lr_frac=None)
+    assert (seeded.hparams.lr_end, seeded.hparams.lr_frac) == (0.0, 1.0)
     # the seeds' args_fast is today's default
     defaults = VPGModule().hparams
     assert (defaults.num_envs, defaults.num_steps_per_rollout, defaults.lr, defaults.gamma) == (32, 500, 2e-2, 0.99)

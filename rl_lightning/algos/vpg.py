@@ -55,8 +55,8 @@ class VPGModule(OnPolicyModule):
         full_reset: reset every env at the start of each rollout.
         anneal_lr: decay the learning rate linearly from ``lr`` to ``lr_end`` over the first ``lr_frac``
             of the run's env steps (adds a ``LinearLRDecay`` callback), as PPO's ``anneal_lr``.
-        lr_end: the learning rate the decay ends at.
-        lr_frac: the fraction of the run's env steps the decay takes, in (0, 1].
+        lr_end: the learning rate the decay ends at (None, the seeds' ``VPGArgs`` default: 0).
+        lr_frac: the fraction of the run's env steps the decay takes, in (0, 1] (None, the seeds' default: 1).
         hidden_sizes: widths of the policy MLP's hidden layers.
         adam_eps: Adam's epsilon.
         seed: seeds the network init (identical on every rank), the envs (``seed + rank *
@@ -97,8 +97,8 @@ class VPGModule(OnPolicyModule):
         rollouts_per_epoch: int = 1,
         full_reset: bool = True,
         anneal_lr: bool = False,
-        lr_end: float = 0.0,
-        lr_frac: float = 1.0,
+        lr_end: float | None = 0.0,
+        lr_frac: float | None = 1.0,
         hidden_sizes: Sequence[int] = (120, 84),
         adam_eps: float = 1e-5,
         seed: int = 1,
@@ -122,6 +122,9 @@ class VPGModule(OnPolicyModule):
         check_int("rollouts_per_epoch", rollouts_per_epoch, 1)
         check_bool("full_reset", full_reset)
         check_bool("anneal_lr", anneal_lr)
+        # The seeds' VPGArgs say None for "no decay settings": the defaults.
+        lr_end = 0.0 if lr_end is None else lr_end
+        lr_frac = 1.0 if lr_frac is None else lr_frac
         check_float("lr_end", lr_end, 0.0)  # checked whether or not the decay is on: a typo is never ignored
         check_float("lr_frac", lr_frac, 0.0, 1.0, low_open=True)
         check_float("adam_eps", adam_eps, 0.0, low_open=True)
