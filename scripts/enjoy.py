@@ -1,4 +1,6 @@
-"""Play a trained checkpoint: ``python scripts/enjoy.py --ckpt_path PATH [--env_id ID] [--video out.mp4]``.
+"""Play a trained checkpoint: ``python scripts/enjoy.py --ckpt_path PATH [--env_id ID] [--video out.mp4]``,
+or a pretrained folder or Hugging Face Hub repo: ``--from_pretrained DIR_OR_REPO_ID`` (``config.json`` and
+``model.safetensors`` only: ``rl_lightning.hub``).
 
 Loads the checkpoint with the module class that saved it (VPGModule, DQNModule, PPOModule), runs
 ``--episodes`` greedy episodes, prints their returns and, with ``--video``, writes an MP4 of the
@@ -8,6 +10,7 @@ first env (drawn by the native env's ``draw``, or by gymnasium's own renderer fo
 
     python scripts/enjoy.py --ckpt_path lightning_logs/PPO-CartPole-v1/version_0/checkpoints/last.ckpt \\
         --video cartpole.mp4
+    python scripts/enjoy.py --from_pretrained user/ppo-CartPole-v1 --episodes 10
 """
 
 from __future__ import annotations
@@ -16,9 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from rl_lightning import algos
-from rl_lightning.checkpoints import CHECKPOINT_KEY, load_checkpoint_file
 from rl_lightning.envs.registry import BACKENDS, is_native_env_id, make_envs
+from rl_lightning.hub import load_checkpoint, load_pretrained
 from rl_lightning.playing import play_greedy
 from rl_lightning.video import encode_mp4
 
@@ -27,15 +29,14 @@ def load_module(ckpt_path: str, env_id: str | None = None, trust_checkpoint: boo
     """The module saved in ``ckpt_path`` (its own class), on the CPU, optionally for another env id. Its
     hyper-parameters are data: a class path in them outside ``rl_lightning.trust``'s allow-list is refused
     before anything is imported, unless ``trust_checkpoint``."""
-    algorithm = load_checkpoint_file(ckpt_path)[CHECKPOINT_KEY].get("algorithm")
-    classes = {cls.__name__: cls for cls in algos.ALGORITHMS}
-    if algorithm not in classes:
-        raise ValueError(f"{ckpt_path} was saved by {algorithm!r}, not one of {', '.join(classes)}")
+    return load_checkpoint(ckpt_path, env_id, trust_remote_code=trust_checkpoint)
+
+
+def load_pretrained_module(source: str, env_id: str | None = None, trust_checkpoint: bool = False):
+    """The module of the pretrained folder or Hub repo id ``source`` (its own algorithm), on the CPU, optionally
+    for another env id with the same spaces; refused as :func:`load_module` refuses a checkpoint."""
     overrides = {"env_id": env_id} if env_id else {}
-    module_class = classes[algorithm]
-    return module_class.load_from_checkpoint(
-        ckpt_path, map_location="cpu", trust_remote_code=trust_checkpoint, **overrides
-    ).eval()
+    return load_pretrained(source, trust_remote_code=trust_checkpoint, **overrides)
 
 
 def play(module, episodes: int, seed: int, backend: str, video: Path | None, max_steps: int) -> list[float]:
@@ -82,7 +83,13 @@ def play(module, episodes: int, seed: int, backend: str, video: Path | None, max
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ckpt_path", required=True, help="a checkpoint of an rl_lightning module")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--ckpt_path", help="a checkpoint of an rl_lightning module")
+    source.add_argument(
+        "--from_pretrained",
+        metavar="DIR_OR_REPO_ID",
+        help="a folder written by save_pretrained, or a Hugging Face Hub repo id (user/name) to download it from",
+    )
     parser.add_argument("--env_id", default=None, help="play on this env instead of the checkpoint's")
     parser.add_argument("--backend", default="auto", choices=BACKENDS, help="(default: auto: the checkpoint's)")
     parser.add_argument("--episodes", type=int, default=3, help="greedy episodes to play (default: 3)")
@@ -92,7 +99,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--trust_checkpoint",
         action="store_true",
-        help="the checkpoint is yours: allow any class path in its hyper-parameters (by default only "
+        help="the checkpoint (or pretrained folder) is yours: allow any class path in its hyper-parameters (by "
+        "default only "
         "rl_lightning's algorithms and gymnasium's wrappers)",
     )
     args = parser.parse_args(argv)
@@ -103,7 +111,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.video is not None and args.video.suffix.lower() != ".mp4":
         parser.error(f"--video writes an MP4: give a path ending in .mp4, got {str(args.video)!r}")
     try:
-        module = load_module(args.ckpt_path, args.env_id, args.trust_checkpoint)
+        if args.from_pretrained is not None:
+            module = load_pretrained_module(args.from_pretrained, args.env_id, args.trust_checkpoint)
+        else:
+            module = load_module(args.ckpt_path, args.env_id, args.trust_checkpoint)
+    except (ValueError, OSError) as error:  # not what it claims to be; no such file or folder; a failed download
+        parser.exit(2, f"error: {error}\n")
+    try:
         returns = play(module, args.episodes, args.seed, args.backend, args.video, args.max_episode_steps)
     except ValueError as error:
         parser.exit(2, f"error: {error}\n")

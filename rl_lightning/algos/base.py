@@ -520,6 +520,35 @@ class RLModule(L.LightningModule):
     def _standalone_policy(self) -> nn.Module:
         return copy.deepcopy(self.greedy_policy()).cpu().eval()
 
+    # -- the Hugging Face Hub (rl_lightning.hub, the hub extra) -----------------------------------
+
+    def save_pretrained(self, directory: str | Path, **options: Any) -> Path:
+        """Write the module to ``directory`` as the Hub holds it: ``model.safetensors``, ``config.json`` (algorithm,
+        env spec, hyper-parameters, evaluation), ``policy.pt2`` / ``policy.onnx``, ``replay.mp4`` and a model card
+        ``README.md``. ``options``: ``rl_lightning.hub.save_pretrained``'s (``repo_id``, ``eval_episodes``,
+        ``eval_seed``, ``video_steps``, ``export_formats``)."""
+        from rl_lightning.hub import save_pretrained
+
+        return save_pretrained(self, directory, **options)
+
+    @classmethod
+    def from_pretrained(cls, source: str | Path, **options: Any) -> Any:
+        """The module saved by :meth:`save_pretrained` in the folder or Hub repo id ``source``, from its
+        ``config.json`` and ``model.safetensors`` only (no pickle); ``RLModule.from_pretrained`` takes any algorithm's.
+        A folder of another algorithm, env or spaces is a ``ValueError`` saying what differs. ``options``:
+        ``rl_lightning.hub.load_pretrained``'s (``revision``, ``token``, ``trust_remote_code``, hyper-parameters)."""
+        from rl_lightning.hub import load_pretrained
+
+        return load_pretrained(source, cls, **options)
+
+    def push_to_hub(self, repo_id: str, **options: Any) -> Any:
+        """:meth:`save_pretrained`, then upload the folder to the Hub model repo ``repo_id`` (created if need be);
+        returns ``huggingface_hub``'s ``CommitInfo``. ``options``: ``rl_lightning.hub.push_to_hub``'s (``private``,
+        ``token``, ``commit_message``, ``local_dir`` and :meth:`save_pretrained`'s)."""
+        from rl_lightning.hub import push_to_hub
+
+        return push_to_hub(self, repo_id, **options)
+
     # -- validate / test: greedy evaluation ----------------------------------------------------
 
     #: Episodes and env seeds of ``Trainer.validate`` / ``Trainer.test`` (``rl-lightning validate``).
@@ -612,6 +641,9 @@ class RLModule(L.LightningModule):
             self._take_over_gradient_clipping()
         return [RunGuard()]
 
+    def on_fit_start(self) -> None:
+        self._check_ranks_start_together()
+
     def on_train_start(self) -> None:
         self._charts.start(self.env_steps)
         self._stop.install(self.trainer)
@@ -623,6 +655,27 @@ class RLModule(L.LightningModule):
         self._direct_steps = self._can_step_directly()
         if self.compiled.wants_whole_update:
             self._start_whole_updates()
+
+    def _check_ranks_start_together(self) -> None:
+        """Under DDP every rank must start from the same point: a rank that restored a checkpoint and one that did
+        not (``--ckpt_path last`` on nodes without a shared directory: node 1 finds no ``last.ckpt``) would fail
+        in their first collectives with an unrelated error, or wait on each other. Checked once the checkpoint is
+        read, before any collective of the run: a ``RuntimeError`` on every rank, naming what each holds."""
+        if self.trainer.world_size <= 1:
+            return
+        resumed = int(self.trainer.ckpt_path is not None)
+        here = torch.tensor([resumed, self.env_steps], dtype=torch.int64, device=self.device)
+        every = self.all_gather(here).reshape(-1, 2).tolist()
+        if any(rank != every[0] for rank in every):
+            found = ", ".join(
+                f"rank {rank}: " + (f"a checkpoint at env step {env:,}" if loaded else "no checkpoint")
+                for rank, (loaded, env) in enumerate(every)
+            )
+            raise RuntimeError(
+                f"the processes of this run start from different points ({found}). Give every node the same "
+                "checkpoint: one --ckpt_path file, or a --default_root_dir on a shared file system for --ckpt_path "
+                "last"
+            )
 
     def _start_whole_updates(self) -> None:
         """``compile={"whole_update": True}``: hand the optimizer, the clipping and the per-update Polyak syncs to
