@@ -9,7 +9,7 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -84,17 +84,82 @@ def default_callbacks(
 _VERSION_VARIABLE = "RL_LIGHTNING_RUN_VERSIONS"
 
 
+#: ``--logger``'s choices: Lightning's loggers by the names of their modules (``lightning.pytorch.loggers.wandb``),
+#: in the order a run holds them (the first is Lightning's ``trainer.logger``).
+LOGGER_NAMES = ("tensorboard", "csv", "wandb", "mlflow")
+#: The package (and the extra of the same name: ``pip install 'rl_lightning[wandb]'``) each logger needs beyond ours.
+_LOGGER_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
+
+
+def logger_names(value: str | Sequence[str] | None) -> list[str]:
+    """``--logger``'s value as the loggers' names, each once, in :data:`LOGGER_NAMES`' order: ``"wandb"``,
+    ``"tensorboard,wandb"`` or ``["tensorboard", "wandb"]``; None: ``["tensorboard"]``.
+
+    Raises:
+        ValueError: for a name not among :data:`LOGGER_NAMES`, or none at all.
+        ModuleNotFoundError: for a logger whose package is not installed, naming its extra.
+    """
+    if value is None:
+        return ["tensorboard"]
+    items = [value] if isinstance(value, str) else list(value)
+    names = [part.strip().lower() for item in items for part in str(item).split(",") if part.strip()]
+    unknown = [name for name in names if name not in LOGGER_NAMES]
+    if unknown or not names:
+        given = ", ".join(repr(name) for name in unknown) if unknown else "no logger"
+        raise ValueError(
+            f"--logger: {given}; choose from tensorboard, wandb, mlflow, csv "
+            "(several: --logger tensorboard wandb, or tensorboard,wandb)"
+        )
+    for name in names:
+        package = _LOGGER_PACKAGES.get(name)
+        if package is not None and not _installed(package):
+            raise ModuleNotFoundError(
+                f"--logger {name} needs the {package} package, which is not installed: "
+                f"pip install 'rl_lightning[{name}]' (or pip install {package})"
+            )
+    return [name for name in LOGGER_NAMES if name in names]
+
+
+def _installed(package: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules holds None for it (blocked)
+        return False
+
+
 def run_logger(module: Any, root_dir: str | Path) -> Any:
     """TensorBoard logs in ``<root_dir>/lightning_logs/<run name>/version_N`` (``PPO-CartPole-v1``), so
-    a directory says what ran; no placeholder ``hp_metric``.
+    a directory says what ran; no placeholder ``hp_metric``. See :func:`run_loggers`."""
+    return run_loggers(module, root_dir, ["tensorboard"])[0][0]
+
+
+def run_loggers(
+    module: Any, root_dir: str | Path, names: str | Sequence[str] | None = None
+) -> tuple[list[Any], Path | None]:
+    """The run's loggers (``names``: ``--logger``'s value, see :func:`logger_names`) and the run's directory,
+    ``<root_dir>/lightning_logs/<run name>/version_N`` (``PPO-CartPole-v1``), which they all log to:
+
+    - ``tensorboard``: the TensorBoard event files there (no placeholder ``hp_metric``);
+    - ``csv``: ``metrics.csv`` there;
+    - ``wandb``: the W&B run's files in its ``wandb/`` (``$WANDB_DIR`` if set), project ``$WANDB_PROJECT``
+      or ``lightning_logs``, run name ``<run name>/version_N``; ``WANDB_MODE=offline`` works as in W&B;
+    - ``mlflow``: an MLflow store of the run's own, ``mlflow.db`` (SQLite: MLflow 3 refuses a new file
+      store) with the artifacts in ``mlartifacts/``, or the store of ``$MLFLOW_TRACKING_URI`` if set;
+      experiment ``<run name>``, run name ``version_N``.
 
     ``version_N`` is claimed atomically (created with ``mkdir``, the next number if another run took
     it first), so runs started at the same moment in one directory (a job array) never share one:
-    Lightning's own choice (one past the highest there) lets two runs pick the same number."""
+    Lightning's own choice (one past the highest there) lets two runs pick the same number. The
+    directory is None in a process that a launcher started without naming it (it does not log).
+
+    Raises:
+        ValueError, ModuleNotFoundError: see :func:`logger_names` (before any directory is claimed).
+    """
     import os
 
-    from lightning.pytorch.loggers import TensorBoardLogger
-
+    chosen = logger_names(names)
     root = Path(root_dir) / "lightning_logs"
     directory = (root / module.run_name).resolve()
     claimed = dict(line.rsplit("=", 1) for line in os.environ.get(_VERSION_VARIABLE, "").splitlines() if "=" in line)
@@ -105,7 +170,68 @@ def run_logger(module: Any, root_dir: str | Path) -> Any:
         version = _claim_version(directory)
         claimed[str(directory)] = str(version)
         os.environ[_VERSION_VARIABLE] = "\n".join(f"{path}={number}" for path, number in claimed.items())
-    return TensorBoardLogger(root, name=module.run_name, version=version, default_hp_metric=False)
+    run_dir = None if version is None else root / module.run_name / f"version_{version}"
+    return [_make_logger(name, module.run_name, root, version, run_dir) for name in chosen], run_dir
+
+
+def _make_logger(name: str, run_name: str, root: Path, version: int | None, run_dir: Path | None) -> Any:
+    """One of the run's loggers (see :func:`run_loggers`)."""
+    import os
+
+    if name == "tensorboard":
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        return TensorBoardLogger(root, name=run_name, version=version, default_hp_metric=False)
+    if name == "csv":
+        from lightning.pytorch.loggers import CSVLogger
+
+        return CSVLogger(root, name=run_name, version=version)
+    if name == "wandb":
+        from lightning.pytorch.loggers import WandbLogger
+
+        # The run starts (wandb.init) with the first metric, on rank 0 only.
+        save_dir = os.environ.get("WANDB_DIR") or str(run_dir or root / run_name)
+        return WandbLogger(name=f"{run_name}/version_{version}", save_dir=save_dir)
+    from lightning.pytorch.loggers import MLFlowLogger
+    from lightning.pytorch.loggers.logger import DummyLogger
+
+    if not is_launching_process():
+        # MLflow's client opens (and may create) its store when made: rank 0 alone logs, and alone opens it.
+        return DummyLogger()
+    tracking_uri = os.environ.get("MLFLOW_TRACKING_URI")
+    store: dict[str, Any] = {"tracking_uri": tracking_uri}
+    if not tracking_uri and run_dir is not None:
+        store = {
+            "tracking_uri": f"sqlite:///{(run_dir / 'mlflow.db').resolve()}",
+            "artifact_location": str((run_dir / "mlartifacts").resolve()),
+        }
+    return MLFlowLogger(experiment_name=run_name, run_name=f"version_{version}", **store)
+
+
+def use_run_directory(trainer: L.Trainer, run_dir: Path | None) -> None:
+    """Point the run's callbacks at ``run_dir`` (``lightning_logs/<run>/version_N``) where Lightning would not:
+    its first and last lines name it (:class:`RunLines`), and where the first logger has no such directory
+    (W&B and MLflow keep their own), the checkpoints (``ModelCheckpoint`` without a ``dirpath``: Lightning would
+    put them under W&B's project or MLflow's experiment id) and the grid videos go to it, as with TensorBoard.
+
+    ``--ckpt_path last`` looks for ``version_*/checkpoints/last.ckpt``, whichever loggers the run had."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    from rl_lightning.callbacks import GridVideoLogger
+
+    if run_dir is None:
+        return
+    own_directory = bool(trainer.loggers) and isinstance(trainer.loggers[0], (TensorBoardLogger, CSVLogger))
+    for callback in trainer.callbacks:
+        if isinstance(callback, RunLines):
+            callback.run_dir = str(run_dir)
+        elif own_directory:
+            continue
+        elif isinstance(callback, ModelCheckpoint) and callback.dirpath is None:
+            callback.dirpath = str(run_dir / "checkpoints")  # as given, like Lightning's own (not made absolute)
+        elif isinstance(callback, GridVideoLogger) and callback.dirpath is None:
+            callback.dirpath = run_dir / "videos"
 
 
 #: The variables by which launchers tell a process its rank: Lightning's (``LOCAL_RANK``, ``NODE_RANK``), torchrun's
@@ -157,33 +283,36 @@ class RunLines(L.Callback):
 
     Args:
         note: said in place of the stopping rule (e.g. why there is none).
+        run_dir: the run's directory, named in both (None: the first logger's; :func:`use_run_directory` sets it).
     """
 
-    def __init__(self, note: str | None = None):
+    def __init__(self, note: str | None = None, run_dir: str | None = None):
         self.note = note
+        self.run_dir = run_dir
         self._start = time.perf_counter()
 
     def setup(self, trainer: L.Trainer, pl_module: Any, stage: str) -> None:
         self._start = time.perf_counter()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
-        line = start_line(trainer, pl_module, self.note)  # on every rank: nothing in it may wait for the others
+        line = start_line(trainer, pl_module, self.note, self.run_dir)  # every rank: nothing in it may wait for others
         if trainer.is_global_zero:
             print(line, flush=True)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         if trainer.is_global_zero:
-            print(report(trainer, pl_module, time.perf_counter() - self._start), flush=True)
+            print(report(trainer, pl_module, time.perf_counter() - self._start, self.run_dir), flush=True)
 
 
 def _log_dir(trainer: L.Trainer) -> str | None:
-    """The logger's directory, read from the logger: ``Trainer.log_dir`` broadcasts from rank 0, so
-    called on rank 0 alone (as a report is) it would wait forever for the other ranks under DDP."""
+    """The first logger's directory (its ``log_dir``, else its ``save_dir``: W&B's), read from the logger:
+    ``Trainer.log_dir`` broadcasts from rank 0, so called on rank 0 alone (as a report is) it would wait
+    forever for the other ranks under DDP."""
     logger = trainer.logger
-    return None if logger is None else (logger.log_dir or logger.save_dir)
+    return None if logger is None else (getattr(logger, "log_dir", None) or logger.save_dir)
 
 
-def start_line(trainer: L.Trainer, module: Any, note: str | None = None) -> str:
+def start_line(trainer: L.Trainer, module: Any, note: str | None = None, run_dir: str | None = None) -> str:
     """``VPGModule on CartPole-v1, 10,934 parameters, 32 envs: up to 800,000 env steps (50 updates), until
     the greedy eval return reaches 475.0; logs in lightning_logs/VPG-CartPole-v1/version_0``."""
     from rl_lightning.callbacks.schedule import planned_env_steps, planned_updates
@@ -202,12 +331,19 @@ def start_line(trainer: L.Trainer, module: Any, note: str | None = None) -> str:
     line = f"{type(module).__name__} on {module.hparams.env_id}, {parameters:,} parameters, {envs}: {budget}, {until}"
     if trainer.ckpt_path:
         line += f"; resumed from {trainer.ckpt_path} at env step {module.env_steps:,}"
-    return line + f"; logs in {_log_dir(trainer) or 'no logger'}"
+    if not trainer.loggers:
+        return line + "; no logger"
+    return line + f"; logs in {run_dir or _log_dir(trainer) or 'the loggers (' + _logger_kinds(trainer) + ')'}"
 
 
-def report(trainer: L.Trainer, module: Any, seconds: float) -> str:
+def _logger_kinds(trainer: L.Trainer) -> str:
+    return ", ".join(type(logger).__name__ for logger in trainer.loggers)
+
+
+def report(trainer: L.Trainer, module: Any, seconds: float, run_dir: str | None = None) -> str:
     """The run's last lines: whether it solved the env (or why it stopped), the greedy evaluation, wall
-    time, env steps, and where the checkpoints, videos and logs went."""
+    time, env steps, and where the checkpoints, videos and logs went (each logger's line:
+    :func:`_logger_lines`)."""
     from lightning.pytorch.callbacks import EarlyStopping
 
     from rl_lightning.callbacks import Evaluation, GridVideoLogger
@@ -225,15 +361,16 @@ def report(trainer: L.Trainer, module: Any, seconds: float) -> str:
             eval_text += f" ({'>=' if mean >= threshold else '<'} {threshold:g})"
     else:
         eval_text = "no evaluation"
-    if threshold is not None and metrics and stop_reason == "STOPPING_THRESHOLD":
-        outcome = "solved"
+    reached = threshold is not None and metrics and metrics["eval/episodic_return"] >= threshold
+    if reached and (stop_reason == "STOPPING_THRESHOLD" or trainer.global_step >= trainer.max_steps != -1):
+        outcome = "solved"  # early, or by the evaluation at the budget's end
     elif trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
         outcome = "budget used up" + (", not solved" if threshold is not None else "")
     elif early is not None and stop_reason != "NOT_STOPPED":
         outcome = f"stopped early ({early.stopping_reason_message or stop_reason.lower()})"
     else:
         outcome = "stopped"
-    log_dir = _log_dir(trainer)
+    log_dir = run_dir or _log_dir(trainer)
     checkpoints = trainer.checkpoint_callbacks
     best = next((c.best_model_path for c in checkpoints if c.monitor is not None), "") or "none"
     last = next((c.best_model_path for c in checkpoints if c.monitor is None), "") or "none"
@@ -245,11 +382,37 @@ def report(trainer: L.Trainer, module: Any, seconds: float) -> str:
         f"  best checkpoint:  {best}",
         f"  last checkpoint:  {last}" + ("  (resume: --ckpt_path last)" if last != "none" else ""),
     ]
-    if log_dir is not None and video is not None:
-        lines.append(f"  videos:           {log_dir}/videos ({len(video.video_paths)} mp4)")
-    if log_dir is not None:
-        lines.append(f"  TensorBoard logs: {log_dir}  (tensorboard --logdir {Path(log_dir).parent.parent})")
-    return "\n".join(lines)
+    video_dir = video.video_dir if video is not None else None
+    if video is not None and (video_dir is not None or log_dir is not None):
+        lines.append(f"  videos:           {video_dir or Path(log_dir) / 'videos'} ({len(video.video_paths)} mp4)")
+    return "\n".join(lines + _logger_lines(trainer))
+
+
+def _logger_lines(trainer: L.Trainer) -> list[str]:
+    """Where each logger of the run keeps what it logged: "TensorBoard logs:" only with a TensorBoard logger."""
+    from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, TensorBoardLogger, WandbLogger
+
+    lines = []
+    for logger in trainer.loggers:
+        try:
+            if isinstance(logger, TensorBoardLogger):
+                log_dir = logger.log_dir
+                lines.append(f"  TensorBoard logs: {log_dir}  (tensorboard --logdir {Path(log_dir).parent.parent})")
+            elif isinstance(logger, CSVLogger):
+                lines.append(f"  CSV metrics:      {Path(logger.log_dir) / 'metrics.csv'}")
+            elif isinstance(logger, WandbLogger):
+                run = logger.experiment
+                run_dir = Path(run.dir).parent  # run.dir: the run's files/
+                where = f"{run_dir}  (offline: wandb sync {run_dir})" if run.offline else f"{run.url}  ({run_dir})"
+                lines.append(f"  W&B run:          {where}")
+            elif isinstance(logger, MLFlowLogger):
+                uri = logger.experiment.tracking_uri
+                lines.append(
+                    f"  MLflow run:       {logger.run_id} in {uri}  (mlflow ui --backend-store-uri {uri})"
+                )
+        except Exception as error:  # the report never fails for a logger that cannot say
+            lines.append(f"  {type(logger).__name__}: {error!r}")
+    return lines
 
 
 #: Lightning's start-up lines the scripts and the CLI leave out: device availability, adverts, and the

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -100,7 +101,8 @@ def check_file_hyperparameters(hparams: Mapping[str, Any], where: str) -> None:
     a Hub folder) name a class or function outside the allow-list: a ``_class_path`` that is not one of
     rl_lightning's algorithms, an ``_instantiator`` that is not Lightning's own, an ``env_id`` in gymnasium's
     ``"module:id"`` form (``gymnasium.make`` would import the module), a wrapper of
-    ``env_kwargs["wrappers"]`` that is not allowed, or a ``{"class_path": ...}`` spec anywhere else.
+    ``env_kwargs["wrappers"]`` that is not allowed, or a ``{"class_path": ...}`` spec anywhere else. (A
+    ``"module:id"`` whose module the user imported already, or allowed, passes: importing it again runs nothing.)
     Reads strings only: nothing is imported."""
     if not isinstance(hparams, Mapping):
         raise UntrustedCheckpointError(f"{where}: the hyper-parameters must be a dict, got {type(hparams).__name__}")
@@ -121,10 +123,12 @@ def check_file_hyperparameters(hparams: Mapping[str, Any], where: str) -> None:
     env_id = hparams.get("env_id")
     if isinstance(env_id, str) and ":" in env_id:
         module = env_id.split(":", 1)[0]
-        raise UntrustedCheckpointError(
-            f"{where}: hyper_parameters['env_id'] is {env_id!r}, gymnasium's 'module:id' form, which imports "
-            f"{module!r}; nothing was imported; {TRUST_FILE}"
-        )
+        if module not in sys.modules and module not in _ALLOWED_BY_USER:  # imported by the user: allowed
+            raise UntrustedCheckpointError(
+                f"{where}: hyper_parameters['env_id'] is {env_id!r}, gymnasium's 'module:id' form, which imports "
+                f"{module!r}; nothing was imported; {TRUST_FILE}, or import {module} yourself first (or "
+                f"rl_lightning.trust.allow_class_paths({module!r}))"
+            )
     for name, value in hparams.items():
         if name in ("_class_path", "_instantiator"):
             continue

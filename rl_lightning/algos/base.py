@@ -258,9 +258,10 @@ class RLModule(L.LightningModule):
 
     @property
     def run_name(self) -> str:
-        """What ran, as a log directory name: ``"PPO-CartPole-v1"`` (``ALE/Pong-v5`` -> ``ALE_Pong-v5``)."""
+        """What ran, as a log directory name: ``"PPO-CartPole-v1"`` (``ALE/Pong-v5`` -> ``ALE_Pong-v5``,
+        ``my_envs:Corridor-v0`` -> ``my_envs_Corridor-v0``)."""
         algorithm = self.algorithm_name().removesuffix("Module")
-        return f"{algorithm}-{self.hparams.env_id}".replace("/", "_").replace("\\", "_")
+        return f"{algorithm}-{self.hparams.env_id}".replace("/", "_").replace("\\", "_").replace(":", "_")
 
     # -- envs and data -------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ import atexit
 import contextlib
 import functools
 import importlib
+import os
+import sys
 import warnings
 import weakref
 from collections.abc import Mapping
@@ -52,7 +54,14 @@ from rl_lightning.envs.spaces import (
     is_structured,
     leaf_space,
 )
-from rl_lightning.trust import as_mapping, is_allowed_wrapper_path, refused_wrapper, untrusted_source
+from rl_lightning.trust import (
+    TRUST_FILE,
+    UntrustedCheckpointError,
+    as_mapping,
+    is_allowed_wrapper_path,
+    refused_wrapper,
+    untrusted_source,
+)
 
 VECTORIZATION_MODES = ("sync", "async")
 CARTPOLE_PIXELS_ID = "rl_lightning/CartPolePixels-v1"
@@ -82,14 +91,54 @@ def time_limit(spec: EnvSpec, env_kwargs: dict[str, Any]) -> int | None:
     return None
 
 
+def import_env_module(env_id: str) -> None:
+    """Import the module of gymnasium's ``"module:id"`` form (``my_envs:Corridor-v0``: ``my_envs``, which registers
+    ``Corridor-v0`` when imported), as ``gymnasium.make`` does; from the working directory too, as ``python -m``
+    would (a script's own directory is on ``sys.path``, the user's is not). While an untrusted file is loaded
+    (``rl_lightning.trust``) only a module the user imported already is accepted.
+
+    Raises:
+        ValueError: for a module that cannot be imported (with the reason), or an empty part.
+    """
+    module, _, name = env_id.partition(":")
+    if not module or not name:
+        raise ValueError(f"env_id {env_id!r}: gymnasium's form is 'module:EnvName-vN', both parts non-empty")
+    if module in sys.modules:
+        return
+    source = untrusted_source()
+    if source is not None:
+        raise UntrustedCheckpointError(
+            f"{source}: env_id {env_id!r} would import {module!r}; nothing was imported; import {module} yourself "
+            "first, or " + TRUST_FILE
+        )
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name != module.split(".")[0] or os.getcwd() in sys.path:
+            raise ValueError(f"env_id {env_id!r}: cannot import {module!r} ({error})") from None
+        sys.path.append(os.getcwd())
+        try:
+            importlib.import_module(module)
+        except ImportError as retry:
+            raise ValueError(
+                f"env_id {env_id!r}: cannot import {module!r} ({retry}); put it on PYTHONPATH (or run from its "
+                "directory)"
+            ) from None
+    except ImportError as error:
+        raise ValueError(f"env_id {env_id!r}: cannot import {module!r} ({error})") from None
+
+
 def gymnasium_spec(env_id: str) -> EnvSpec:
     """gymnasium's spec of ``env_id``, importing the package of a known namespace first
-    (``ALE/...``: ``ale_py``).
+    (``ALE/...``: ``ale_py``), and the module of gymnasium's ``"module:id"`` form (:func:`import_env_module`).
 
     Raises:
         ValueError: if gymnasium does not know ``env_id`` (with gymnasium's own hint).
     """
     check_str("env_id", env_id)
+    if ":" in env_id:
+        import_env_module(env_id)
+        env_id = env_id.split(":", 1)[1]
     namespace = env_id.split("/", 1)[0] if "/" in env_id else None
     package = _NAMESPACE_PACKAGES.get(namespace)
     missing = ""
