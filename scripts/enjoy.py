@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from rl_lightning.envs.registry import BACKENDS, is_native_env_id, make_envs
 from rl_lightning.hub import load_checkpoint, load_pretrained
 from rl_lightning.playing import play_greedy
 from rl_lightning.video import encode_mp4
+
+#: Seconds between the progress lines of a recording.
+PROGRESS_EVERY_S = 5.0
 
 
 def load_module(ckpt_path: str, env_id: str | None = None, trust_checkpoint: bool = False):
@@ -58,7 +62,16 @@ def play(module, episodes: int, seed: int, backend: str, video: Path | None, max
     if video is not None and not (envs.can_draw or envs.can_render):
         raise ValueError(f"{env_id} can neither draw its observations nor render: no video")
 
+    frames = 0
+    started = time.monotonic()
+    said = started
+
     def first_env_frame(obs):  # before each step: drawn from its observation, or rendered by gymnasium
+        nonlocal frames, said
+        frames += 1
+        if time.monotonic() - said >= PROGRESS_EVERY_S:  # rendering is slow (MuJoCo): say it is going on
+            said = time.monotonic()
+            print(f"recording {video}: {frames:,} frames, {said - started:.0f} s", file=sys.stderr, flush=True)
         return (envs.draw(obs[0]) if envs.can_draw else envs.render()[0]).numpy()
 
     frame = first_env_frame if video is not None else None
@@ -121,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
         returns = play(module, args.episodes, args.seed, args.backend, args.video, args.max_episode_steps)
     except ValueError as error:
         parser.exit(2, f"error: {error}\n")
+    except RuntimeError as error:  # the env cannot render here (MuJoCo without MUJOCO_GL on a headless machine)
+        parser.exit(1, f"error: {error}\n")
     except OSError as error:  # the video's directory is read-only, the disk is full
         parser.exit(1, f"error: could not write {args.video}: {error.strerror or error}\n")
     mean = sum(returns) / len(returns)

@@ -1,5 +1,6 @@
 """scripts/enjoy.py plays a checkpoint and writes an MP4."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +47,35 @@ def test_enjoy_says_why_a_file_is_not_a_checkpoint(tmp_path):
     bad.write_text("not a checkpoint")
     result = _enjoy("--ckpt_path", str(bad))
     assert result.returncode == 2 and "not a complete torch checkpoint" in result.stderr
+
+
+def test_enjoy_says_how_the_recording_goes(tmp_path, checkpoint, monkeypatch, capsys):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import enjoy
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    monkeypatch.setattr(enjoy, "PROGRESS_EVERY_S", 0.0)  # a line per frame (5 s apart by default)
+    video = tmp_path / "progress.mp4"
+    with pytest.raises(SystemExit) as stopped:
+        enjoy.main(["--ckpt_path", str(checkpoint), "--episodes", "1", "--video", str(video)])
+    assert stopped.value.code == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"recording {video}: ")]
+    assert lines and lines[-1].startswith(f"recording {video}: {len(lines):,} frames, ")
+
+
+def test_enjoy_says_why_a_headless_mujoco_env_cannot_be_recorded(tmp_path):
+    pytest.importorskip("mujoco", reason="the mujoco extra is not installed")
+    from rl_lightning import SACModule
+
+    module = SACModule(env_id="HalfCheetah-v5", num_envs=1, learning_starts=8, batch_size=8)
+    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(module)
+    trainer.save_checkpoint(tmp_path / "sac.ckpt")
+    environment = {key: value for key, value in os.environ.items() if key not in ("MUJOCO_GL", "DISPLAY")}
+    command = [sys.executable, str(ROOT / "scripts" / "enjoy.py"), "--ckpt_path", str(tmp_path / "sac.ckpt")]
+    command += ["--video", str(tmp_path / "cheetah.mp4")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "HalfCheetah-v5 cannot render here: MuJoCo needs an OpenGL context" in result.stderr
+    assert "MUJOCO_GL=egl" in result.stderr

@@ -343,6 +343,13 @@ class GymnasiumVectorEnv(VectorEnv):
             env_kwargs["wrappers"] = [*atari_wrappers(self.atari), *env_kwargs.get("wrappers", [])]
         if render:
             _check_rgb_array(env_id, _declared_render_modes(spec))  # before building, where known
+            if str(spec.entry_point).startswith("gymnasium.envs.mujoco") and not {"camera_name", "camera_id"} & set(
+                env_kwargs
+            ):
+                # gymnasium 1.4's MuJoCo envs render from a fixed free camera unless asked for one: the runner
+                # leaves the picture. Their models' tracking camera follows it (a model without one keeps the
+                # free camera: gymnasium resolves a missing name to it).
+                env_kwargs["camera_name"] = "track"
             env_kwargs["render_mode"] = "rgb_array"
 
         self.env_id = env_id
