@@ -13,6 +13,13 @@ from rl_lightning._checks import check_bool, check_int
 from rl_lightning.data.episodes import game_steps
 from rl_lightning.envs.base import VectorEnv
 
+#: How often (in steps) :func:`play_greedy` calls its ``every_64_steps`` hook: a stop is heard within 64 steps.
+CHECK_EVERY = 64
+
+
+class PlayStopped(Exception):
+    """``play_greedy``'s ``every_64_steps`` hook asked it to stop: what was played is dropped."""
+
 
 class GreedyPlay(NamedTuple):
     """What :func:`play_greedy` played, ``num_steps`` steps of ``num_envs`` envs."""
@@ -44,6 +51,7 @@ def play_greedy(
     keep_obs: bool = False,
     frame: Callable[[Any], Any] | None = None,
     frame_stride: int = 1,
+    every_64_steps: Callable[[int], bool] | None = None,
 ) -> GreedyPlay:
     """Reset ``envs``, then play greedy actions until every env has played ``episodes_per_env`` episodes
     (one after another: ``envs`` starts the next one itself when one ends), or for ``num_steps`` steps.
@@ -63,6 +71,11 @@ def play_greedy(
         frame: called with the observations before every ``frame_stride``-th step (e.g. a render of
             the current state); what it returns goes to ``frames``.
         frame_stride: the steps between two ``frame`` calls.
+        every_64_steps: called every :data:`CHECK_EVERY` steps with the number of episodes played so far (all
+            envs); True stops the play with :class:`PlayStopped` (a run asked to stop: Ctrl-C, SIGTERM).
+
+    Raises:
+        PlayStopped: when ``every_64_steps`` returned True.
     """
     if episodes_per_env is None and num_steps is None:
         raise ValueError("play_greedy needs episodes_per_env or num_steps (it would never stop), got neither")
@@ -102,11 +115,14 @@ def play_greedy(
     obs, _ = envs.reset(seed=seed)
     starts = torch.ones(num_envs, dtype=torch.bool, device=device)
     all_obs, all_dones, frames = [], [], []
+    played = 0  # episodes ended so far (read only by every_64_steps: counted where the loop syncs anyway)
     for step in itertools.count() if num_steps is None else range(num_steps):
         if keep_obs:
             all_obs.append(obs)
         if frame is not None and step % frame_stride == 0:
             frames.append(frame(obs))
+        if every_64_steps is not None and step % CHECK_EVERY == CHECK_EVERY - 1 and every_64_steps(played):
+            raise PlayStopped(f"stopped after {step + 1} steps, {played} episodes")
         obs, rewards, terminated, truncated, info = envs.step(torch.as_tensor(actor(obs, starts), device=device))
         starts = terminated | truncated
         rewards, game_over = game_steps(rewards, starts, info)  # a game's score over all its lives (Atari)
@@ -122,6 +138,8 @@ def play_greedy(
         if not ended.any():  # the loop's one host sync per step
             continue
         record(ended, cut_now)
+        if every_64_steps is not None:
+            played += int(ended.sum())
         episode_return.masked_fill_(ended, 0.0)
         episode_length.masked_fill_(ended, 0.0)
         episode += ended

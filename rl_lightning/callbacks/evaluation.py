@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+import time
 import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import lightning as L
@@ -28,7 +30,7 @@ from rl_lightning.envs.spaces import (
     flat_values,
     is_structured,
 )
-from rl_lightning.playing import play_greedy
+from rl_lightning.playing import PlayStopped, play_greedy
 from rl_lightning.protocols import RLModuleProtocol, require
 
 
@@ -59,6 +61,7 @@ def evaluate_policy(
     seed: int = 0,
     device: torch.device | str = "cpu",
     max_episode_steps: int | None = None,
+    every_64_steps: Callable[[int], bool] | None = None,
 ) -> EvalResult:
     """Run ``num_episodes`` complete episodes with a greedy policy and return their returns.
 
@@ -76,6 +79,7 @@ def evaluate_policy(
         max_episode_steps: the cap on an episode's length; None: the env's time limit, or
             ``NO_TIME_LIMIT_EVAL_STEPS`` (1,000) for an env without one (a warning says when
             episodes were cut there: their returns are partial).
+        every_64_steps: :func:`~rl_lightning.playing.play_greedy`'s hook (progress, a stop: ``PlayStopped``).
 
     Returns:
         float32 ``(num_episodes,)`` returns and lengths of each episode; ``.mean`` and ``.std`` of
@@ -99,7 +103,14 @@ def evaluate_policy(
         limit = getattr(envs, "max_episode_steps", None)
         max_episode_steps = limit + 1 if isinstance(limit, int) and limit > 0 else NO_TIME_LIMIT_EVAL_STEPS
     try:
-        played = play_greedy(act, envs, reset_seed, episodes_per_env=num_episodes, max_episode_steps=max_episode_steps)
+        played = play_greedy(
+            act,
+            envs,
+            reset_seed,
+            episodes_per_env=num_episodes,
+            max_episode_steps=max_episode_steps,
+            every_64_steps=every_64_steps,
+        )
     finally:
         if isinstance(env, str):
             envs.close()
@@ -197,23 +208,41 @@ class Evaluation(L.Callback):
     when an evaluation ran (at the env step it ran at); between evaluations the monitored key keeps
     its last value in ``trainer.callback_metrics``.
 
+    The evaluation envs are built once (``pl_module.make_envs``, one copy per episode) and kept until the fit
+    ends, each evaluation re-seeding them with ``seed``: the same start states as fresh envs, without building
+    32 gymnasium (or MuJoCo) envs every time. An evaluation that takes longer than a few seconds says how far it
+    got on stderr (rank 0), and one process's stop request (SIGTERM, Ctrl-C, SLURM's requeue signal) ends it
+    within 64 steps, unlogged: the run then stops at its next step as it would have (under DDP the ranks finish
+    the evaluation first, so that they stop at the same step).
+
     Args:
         every_n_env_steps: evaluation period in env steps.
-        num_eval_episodes: episodes per evaluation (per process).
+        num_eval_episodes: episodes per evaluation (per process); None: sized to the env's cost, 32 for a native
+            torch env (all stepped at once as tensors) and 10 for the others (a Python env, or a C++ one, per
+            episode: SB3's and CleanRL's usual 10).
         seed: evaluation envs' seed (rank r: seed + r * num_eval_episodes).
         max_episode_steps: cap on an episode's length (None: the env's time limit, or 1,000 steps
             for an env without one; see :func:`evaluate_policy`).
     """
 
+    #: ``num_eval_episodes=None``: for a native torch env, for the others.
+    DEFAULT_EPISODES: ClassVar[dict[str, int]] = {"native": 32, "other": 10}
+    #: Seconds an evaluation runs before it says how far it got (then every as many seconds).
+    PROGRESS_EVERY_S = 5.0
+
     def __init__(
         self,
         every_n_env_steps: int = 50_000,
-        num_eval_episodes: int = 32,
+        num_eval_episodes: int | None = None,
         seed: int = 10_000,
         max_episode_steps: int | None = None,
     ):
         self.every_n_env_steps = check_int("every_n_env_steps", every_n_env_steps, 1)
-        self.num_eval_episodes = check_int("num_eval_episodes", num_eval_episodes, 1)
+        self.num_eval_episodes = (
+            None if num_eval_episodes is None else check_int("num_eval_episodes", num_eval_episodes, 1)
+        )
+        self._envs: VectorEnv | None = None  # kept from one evaluation to the next
+        self._envs_key: tuple[Any, ...] | None = None
         self.seed = check_seed("seed", seed)
         self.max_episode_steps = (
             None if max_episode_steps is None else check_int("max_episode_steps", max_episode_steps, 1)
@@ -228,17 +257,58 @@ class Evaluation(L.Callback):
         #: Every evaluation as (env_steps, mean return).
         self.history: list[tuple[int, float]] = []
 
+    def episodes(self, pl_module: L.LightningModule) -> int:
+        """Episodes per evaluation: ``num_eval_episodes``, or where None sized to the module's env."""
+        if self.num_eval_episodes is not None:
+            return self.num_eval_episodes
+        native = not getattr(pl_module, "_gymnasium_env", True) and getattr(pl_module, "_env_options", {}).get(
+            "backend"
+        ) in ("auto", "torch")
+        return self.DEFAULT_EPISODES["native" if native else "other"]
+
+    def _eval_envs(self, pl_module: L.LightningModule, num_episodes: int, seed: int) -> VectorEnv:
+        """The kept evaluation envs, built again only for another module, device or size."""
+        key = (id(pl_module), pl_module.device, num_episodes)
+        if self._envs is None or self._envs_key != key:
+            self._close_envs()
+            self._envs, self._envs_key = pl_module.make_envs(num_episodes, seed), key
+        return self._envs
+
+    def _close_envs(self) -> None:
+        if self._envs is not None:
+            self._envs.close()
+        self._envs, self._envs_key = None, None
+
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
-        """Run one evaluation now and return the reduced metrics."""
+        """Run one evaluation now and return the reduced metrics (empty where a stop request ended it)."""
         was_training = pl_module.training
         pl_module.eval()
-        seed = self.seed + trainer.global_rank * self.num_eval_episodes  # no two envs share a seed
-        result = evaluate_policy(
-            pl_module,
-            pl_module.make_envs(self.num_eval_episodes, seed),
-            seed=seed,
-            max_episode_steps=self.max_episode_steps,
-        )
+        num_episodes = self.episodes(pl_module)
+        seed = self.seed + trainer.global_rank * num_episodes  # no two envs share a seed
+        started = said = time.monotonic()
+
+        def every_64_steps(played: int) -> bool:
+            nonlocal said
+            if trainer.is_global_zero and time.monotonic() - said >= self.PROGRESS_EVERY_S:
+                said = time.monotonic()
+                print(
+                    f"evaluating: {played}/{num_episodes} episodes, {said - started:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return trainer.world_size == 1 and trainer.received_sigterm  # under DDP: finish, stop together
+
+        try:
+            result = evaluate_policy(
+                pl_module,
+                self._eval_envs(pl_module, num_episodes, seed),
+                seed=seed,
+                max_episode_steps=self.max_episode_steps,
+                every_64_steps=every_64_steps,
+            )
+        except PlayStopped:
+            pl_module.train(was_training)
+            return {}
         pl_module.train(was_training)
         for metric in (self._mean_return, self._mean_square_return, self._mean_length):
             metric.to(pl_module.device)
@@ -268,7 +338,8 @@ class Evaluation(L.Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if pl_module.env_steps < self._next_eval_at:
             return  # logged only when an evaluation ran: no staircase of stale values in the plots
-        self.evaluate(trainer, pl_module)
+        if not self.evaluate(trainer, pl_module):
+            return  # stopped: nothing to log
         self._next_eval_at = pl_module.env_steps + self.every_n_env_steps
         for name, value in self.last_metrics.items():
             pl_module.log(
@@ -276,11 +347,16 @@ class Evaluation(L.Callback):
             )
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._evaluated_at == pl_module.env_steps:
-            return
+        if self._evaluated_at == pl_module.env_steps or (trainer.world_size == 1 and trainer.received_sigterm):
+            return  # evaluated here already, or asked to stop: the stop is not kept waiting
         metrics = self.evaluate(trainer, pl_module)
+        if not metrics:
+            return
         for logger in trainer.loggers:  # at the env step it ran at, like every RL curve
             logger.log_metrics(metrics, step=pl_module.env_steps)
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._close_envs()
 
     def state_dict(self) -> dict:
         return {"next_eval_at": self._next_eval_at, "history": self.history, "last_metrics": self.last_metrics}

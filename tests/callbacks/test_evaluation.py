@@ -121,3 +121,52 @@ def test_a_gymnasium_env_is_reset_once_per_episode_and_seeded_once():
     with pytest.warns(UserWarning, match="cut at max_episode_steps=5"):
         result = evaluate_policy(push_left, CountResets(gym.make("CartPole-v1")), 3, seed=4, max_episode_steps=5)
     assert seeds == [4, None, None] and result.lengths.tolist() == [5.0] * 3
+
+
+def _fake_trainer(**overrides):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        **{"global_rank": 0, "is_global_zero": True, "world_size": 1, "received_sigterm": False, **overrides}
+    )
+
+
+def test_the_eval_envs_are_built_once_and_reseeded_giving_what_fresh_envs_give(monkeypatch):
+    from rl_lightning import PPOModule
+
+    module = PPOModule(env_id="CartPole-v1", env_backend="gymnasium", num_envs=2)
+    built = []
+    make = module.make_envs
+    monkeypatch.setattr(module, "make_envs", lambda *args, **kwargs: built.append(args) or make(*args, **kwargs))
+    evaluation = Evaluation(num_eval_episodes=4, seed=3)
+    first = evaluation.evaluate(_fake_trainer(), module)
+    second = evaluation.evaluate(_fake_trainer(), module)
+    assert len(built) == 1 and first == second  # kept, and re-seeded the same way
+    fresh = evaluate_policy(module, make(4, 3), seed=3)
+    assert first["eval/episodic_return"] == pytest.approx(fresh.mean)
+    evaluation.teardown(None, module, "fit")
+    assert evaluation._envs is None
+
+
+def test_evaluation_episodes_default_to_the_envs_cost():
+    from rl_lightning import PPOModule
+
+    assert Evaluation().episodes(PPOModule(env_id="CartPole-v1", num_envs=2)) == 32  # native: all at once
+    assert Evaluation().episodes(PPOModule(env_id="CartPole-v1", env_backend="gymnasium", num_envs=2)) == 10
+    assert Evaluation(num_eval_episodes=5).episodes(PPOModule(env_id="CartPole-v1", num_envs=2)) == 5
+
+
+def test_a_long_evaluation_says_how_far_it_got_and_a_stop_ends_it_unlogged(monkeypatch, capsys):
+    from rl_lightning import PPOModule
+
+    module = PPOModule(env_id="Pendulum-v1", num_envs=2)  # 200-step episodes: checked at steps 64, 128, 192
+    evaluation = Evaluation(num_eval_episodes=3)
+    monkeypatch.setattr(Evaluation, "PROGRESS_EVERY_S", 0.0)
+    metrics = evaluation.evaluate(_fake_trainer(), module)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("evaluating: ")]
+    assert [line.split(",")[0] for line in lines] == ["evaluating: 0/3 episodes"] * 3
+    assert metrics["eval/episodic_length"] == 200.0
+    assert evaluation.evaluate(_fake_trainer(received_sigterm=True), module) == {}  # stopped within 64 steps
+    assert evaluation.last_metrics == metrics  # the stopped one is not a result
+    # under DDP the ranks finish it, to stop at the same step
+    assert evaluation.evaluate(_fake_trainer(received_sigterm=True, world_size=2), module) == metrics
