@@ -53,20 +53,21 @@ HISTORY = {
     DQNModule: "env_id num_envs buffer_size batch_size learning_starts steps_per_train steps_per_epoch gamma lr "
     "target_update_env_steps tau epsilon_start epsilon_end exploration_fraction double_dqn loss seed hidden_sizes "
     "checkpoint_buffer max_grad_norm network env_backend env_kwargs train_freq gradient_steps n_step compile "
-    "frame_replay updates_per_step",
+    "frame_replay updates_per_step prioritized prioritized_alpha prioritized_beta",
     PPOModule: "env_id num_envs num_steps_per_rollout lr anneal_lr gamma gae_lambda update_epochs num_minibatches "
     "clip_coef clip_vloss ent_coef vf_coef max_grad_norm target_kl norm_adv normalize_obs normalize_rewards "
     "shared_encoder hidden_sizes activation adam_eps seed network env_backend env_kwargs recurrent core_size lr_end "
     "lr_frac compile",
     SACModule: "env_id num_envs buffer_size batch_size learning_starts train_freq gradient_steps steps_per_epoch "
     "gamma n_step lr tau alpha alpha_init target_entropy num_critics hidden_sizes max_grad_norm seed "
-    "checkpoint_buffer env_backend env_kwargs compile updates_per_step",
+    "checkpoint_buffer env_backend env_kwargs compile updates_per_step prioritized prioritized_alpha prioritized_beta",
     TD3Module: "env_id num_envs buffer_size batch_size learning_starts train_freq gradient_steps steps_per_epoch "
     "gamma n_step lr tau policy_delay target_noise target_noise_clip exploration_noise num_critics hidden_sizes "
-    "max_grad_norm seed checkpoint_buffer env_backend env_kwargs compile updates_per_step",
+    "max_grad_norm seed checkpoint_buffer env_backend env_kwargs compile updates_per_step prioritized "
+    "prioritized_alpha prioritized_beta",
     TargetNetworkSync: "every_n_env_steps tau online_attr target_attr every_n_train_steps",
     QNetwork: "obs_shape num_actions hidden_sizes observation_space action_space network",
-    evaluate_policy: "act env_id num_episodes seed device max_episode_steps env policy",
+    evaluate_policy: "act env_id num_episodes seed device max_episode_steps env policy every_64_steps",
     PolicyNetwork: "obs_shape num_actions hidden_sizes observation_space action_space network activation",
     GreedyPolicy: "network normalizer q_values",
     compute_returns: "rewards dones gamma",  # the seeds: compute_returns(rewards, done, gamma)

@@ -26,7 +26,7 @@ from rl_lightning.callbacks.target_sync import TargetNetworkSync
 from rl_lightning.data.replay import ReplayBufferSamples, epsilon_greedy
 from rl_lightning.envs.spaces import ACTION_MASK_KEY
 from rl_lightning.export import GreedyPolicy
-from rl_lightning.losses import compute_td_loss, compute_td_target
+from rl_lightning.losses import compute_td_loss, compute_td_target, compute_weighted_td_loss
 from rl_lightning.nets import QNetwork, is_masked, masked_logits
 from rl_lightning.seeding import seeded
 
@@ -91,9 +91,14 @@ class DQNModule(OffPolicyModule):
             observation is a frame stack; False: the plain ``ReplayBuffer``.
         updates_per_step: updates per Lightning training step (``OffPolicyModule``): the same run whatever
             its value, Lightning's per-step cost paid once per that many updates.
+        prioritized: prioritized experience replay (``OffPolicyModule``): transitions sampled by
+            ``(|TD error| + 1e-6)^prioritized_alpha``, each sample's TD loss weighted by its importance weight.
+        prioritized_alpha: how much the priorities count (0: uniform).
+        prioritized_beta: the importance weights' exponent at the start, annealed linearly to 1 over the run.
     """
 
     action_kinds = ("discrete",)
+    supports_prioritized = True
     # steps_per_train was train_freq before the off-policy layer's gradient_steps (with gradient_steps=1, the same:
     # vectorised env steps per collection).
     renamed_hyperparameters: ClassVar[dict[str, str]] = {"steps_per_train": "train_freq"}
@@ -128,6 +133,9 @@ class DQNModule(OffPolicyModule):
         compile: bool | dict[str, Any] = False,
         frame_replay: bool | None = None,
         updates_per_step: int = 10,
+        prioritized: bool = False,
+        prioritized_alpha: float = 0.6,
+        prioritized_beta: float = 0.4,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         check_float("lr", lr, 0.0, low_open=True)
@@ -188,7 +196,7 @@ class DQNModule(OffPolicyModule):
 
     def update_loss(self, batch: ReplayBufferSamples) -> Tensor:
         hp = self.hparams
-        loss, q_mean = self.compiled.update(dqn_loss)(
+        args = (
             self.q_network,
             self.target_network,
             batch,
@@ -197,9 +205,19 @@ class DQNModule(OffPolicyModule):
             hp.double_dqn,
             hp.loss,
         )
+        if batch.weights is None:
+            loss, q_mean = self.compiled.update(dqn_loss)(*args)
+        else:  # prioritized replay: the weighted loss, and the TD errors for the new priorities
+            loss, q_mean, td_errors = self.compiled.update(dqn_loss)(*args, batch.weights)
+            self.update_priorities(batch, td_errors)
         if self.should_log():
             self.log_metrics(
-                {"losses/td_loss": loss.detach(), "losses/q_values": q_mean, "charts/epsilon": self._epsilon}
+                {
+                    "losses/td_loss": loss.detach(),
+                    "losses/q_values": q_mean,
+                    "charts/epsilon": self._epsilon,
+                    **self.prioritized_metrics(batch),
+                }
             )
             self.log_charts()
         return loss
@@ -233,15 +251,19 @@ def dqn_loss(
     next_mask: Tensor | None,
     double_dqn: bool,
     loss: str,
-) -> tuple[Tensor, Tensor]:
+    weights: Tensor | None = None,
+) -> tuple[Tensor, Tensor] | tuple[Tensor, Tensor, Tensor]:
     """DQN's update as a pure function (``DQNModule.training_step`` calls it, through ``torch.compile`` with
-    ``compile=True``): the TD loss of ``batch`` and the mean Q(s, a), without gradient.
+    ``compile=True``): the TD loss of ``batch`` and the mean Q(s, a), without gradient; with ``weights``
+    (prioritized replay), the loss weighted per sample and a third output, the TD errors Q(s, a) - y ``(batch,)``
+    without gradient (the new priorities).
 
     Args:
         discounts: ``gamma``, or the per-sample gamma^k of n-step samples.
         next_mask: bool ``(batch, num_actions)``, the next states' legal actions, or None (no masks).
         double_dqn: pick a' with ``q_network``, value it with ``target_network``; else max of the target.
         loss: ``"mse"`` or ``"huber"``.
+        weights: float32 ``(batch,)`` importance weights, or None (uniform replay: the plain mean).
     """
     q_values = q_network(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
     with torch.no_grad():
@@ -261,4 +283,7 @@ def dqn_loss(
         if next_mask is not None:
             next_q_values = torch.where(next_mask.any(dim=1), next_q_values, 0.0)
         td_targets = compute_td_target(batch.rewards, batch.terminated, next_q_values, discounts)
-    return compute_td_loss(q_values, td_targets, loss), q_values.detach().mean()
+    if weights is None:
+        return compute_td_loss(q_values, td_targets, loss), q_values.detach().mean()
+    td_loss = compute_weighted_td_loss(q_values, td_targets, weights, loss)
+    return td_loss, q_values.detach().mean(), (q_values.detach().float() - td_targets.float())

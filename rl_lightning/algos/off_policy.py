@@ -25,15 +25,16 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from rl_lightning._checks import check_bool, check_int
+from rl_lightning._checks import check_bool, check_float, check_int
 from rl_lightning.algos.base import RLModule
+from rl_lightning.callbacks.schedule import linear_schedule, planned_updates
 from rl_lightning.checkpoints import gather_over_ranks
 from rl_lightning.data.replay import ReplayBufferSamples, ReplaySource, check_buffer_settings
 from rl_lightning.deprecations import keyword_only
@@ -78,6 +79,9 @@ class ReplaySettings:
     checkpoint_buffer: bool
     frame_replay: bool | None = None
     updates_per_step: int = 10
+    prioritized: bool = False
+    prioritized_alpha: float = 0.6
+    prioritized_beta: float = 0.4
 
 
 class OffPolicyModule(RLModule):
@@ -110,7 +114,19 @@ class OffPolicyModule(RLModule):
         updates_per_step: updates (each with the collection before it, where one is due) per Lightning
             training step: the same updates, env steps and random draws whatever its value; larger pays
             Lightning's per-step cost (~0.35 ms) less often. ``global_step`` and ``max_steps`` count updates.
+        prioritized: prioritized experience replay (Schaul et al. 2016, ``rl_lightning.data.prioritized``): sample
+            transitions in proportion to ``(|TD error| + 1e-6)^prioritized_alpha`` (new ones at the largest priority
+            so far), weight each sample's TD loss by its importance weight, and set the sampled transitions'
+            priorities from their TD errors after each update. For algorithms whose loss takes the weights
+            (``supports_prioritized``: DQN, SAC, TD3).
+        prioritized_alpha: how much the priorities count, >= 0 (0: uniform sampling).
+        prioritized_beta: the importance weights' exponent at the start, in [0, 1], annealed linearly to 1 over
+            the run's env steps (1: the weights undo the sampling's bias fully).
     """
+
+    #: Whether the algorithm's loss takes prioritized replay's importance weights and reports its TD errors
+    #: (``prioritized=True``).
+    supports_prioritized: ClassVar[bool] = False
 
     @keyword_only
     def __init__(
@@ -133,6 +149,9 @@ class OffPolicyModule(RLModule):
         compile: bool | dict[str, Any] = False,
         frame_replay: bool | None = None,
         updates_per_step: int = 10,
+        prioritized: bool = False,
+        prioritized_alpha: float = 0.6,
+        prioritized_beta: float = 0.4,
     ):
         values = locals()
         super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile)
@@ -152,11 +171,21 @@ class OffPolicyModule(RLModule):
         check_int("steps_per_epoch", steps_per_epoch, 1)
         check_bool("checkpoint_buffer", checkpoint_buffer)
         check_warmup_settings(learning_starts, num_envs, n_step, train_freq)
+        check_bool("prioritized", prioritized)
+        check_float("prioritized_alpha", prioritized_alpha, 0.0)
+        check_float("prioritized_beta", prioritized_beta, 0.0, 1.0)
+        if prioritized and not self.supports_prioritized:
+            raise ValueError(
+                f"prioritized=True: {type(self).__name__}'s loss does not take importance weights nor report TD errors "
+                "(DQNModule, SACModule and TD3Module do; an algorithm on the off-policy layer that does sets "
+                "supports_prioritized = True): use prioritized=False"
+            )
         self._num_envs = num_envs
         #: The replay settings of the layer.
         self.replay = ReplaySettings(**{f.name: values[f.name] for f in fields(ReplaySettings)})
         self._update_generator: torch.Generator | None = None
         self._update_generator_state: Tensor | None = None  # from a checkpoint, until the generator exists
+        self._run_env_steps: float | None = None  # the run's planned env steps (prioritized_beta's schedule)
 
     @classmethod
     def layer_arguments(cls, values: dict[str, Any]) -> dict[str, Any]:
@@ -212,6 +241,9 @@ class OffPolicyModule(RLModule):
             gamma=replay.gamma,
             checkpoint_buffer=replay.checkpoint_buffer,
             frame_replay=replay.frame_replay,
+            prioritized=replay.prioritized,
+            prioritized_alpha=replay.prioritized_alpha,
+            prioritized_beta=self.prioritized_beta_at,
         )
 
     @property
@@ -230,6 +262,44 @@ class OffPolicyModule(RLModule):
         """``learning_starts`` rounded up to whole vectorised steps of every process."""
         per_vector_step = self._num_envs * self.world_size
         return math.ceil(self.replay.learning_starts / per_vector_step) * per_vector_step
+
+    # -- prioritized replay -----------------------------------------------------------------------
+
+    def prioritized_beta_at(self, env_steps: int) -> float:
+        """The importance weights' exponent after ``env_steps`` env steps: linear from ``prioritized_beta`` to 1 over
+        the run's planned env steps (``prioritized_beta`` before a run's length is known). Read at each sample, from
+        the source's env steps: a resumed run draws the same weights without saving them."""
+        start = self.replay.prioritized_beta
+        if self._run_env_steps is None:
+            return start
+        return linear_schedule(start, 1.0, 1.0, env_steps / self._run_env_steps)
+
+    def update_priorities(self, batch: ReplayBufferSamples, td_errors: Tensor) -> None:
+        """Set the priorities of ``batch``'s transitions from their TD errors ``(batch,)`` (nothing for a uniform
+        batch, or a batch given by hand without the source's buffer)."""
+        if batch.indices is not None and self.source is not None:
+            self.source.buffer.update_priorities(batch.indices, td_errors)
+
+    def prioritized_metrics(self, batch: ReplayBufferSamples) -> dict[str, Tensor | float]:
+        """The charts of prioritized replay for a sampled batch (none for a uniform one)."""
+        if batch.weights is None:
+            return {}
+        return {
+            "charts/prioritized_beta": self.prioritized_beta_at(self.env_steps),
+            "charts/importance_weights": batch.weights.mean(),
+        }
+
+    def on_train_start(self) -> None:
+        super().on_train_start()
+        if self.replay.prioritized:
+            trainer = self.trainer
+            updates = planned_updates(trainer, self)
+            if not math.isfinite(updates):
+                raise ValueError(
+                    "prioritized=True anneals prioritized_beta to 1 over the run, whose length is unknown: set "
+                    "Trainer(max_steps=...) or max_epochs"
+                )
+            self._run_env_steps = float(self.planned_env_steps(int(updates)))
 
     def discounts(self, batch: ReplayBufferSamples) -> float | Tensor:
         """The bootstrap's discount of each sample: ``gamma``, or gamma^k of n-step samples."""

@@ -31,10 +31,12 @@ from rl_lightning.callbacks.target_sync import TargetNetworkSync
 from rl_lightning.data.replay import ReplayBufferSamples
 from rl_lightning.export import GreedyPolicy
 from rl_lightning.losses import (
+    compute_ensemble_td_errors,
     compute_ensemble_td_loss,
     compute_sac_actor_loss,
     compute_sac_alpha_loss,
     compute_sac_target,
+    compute_weighted_ensemble_td_loss,
 )
 from rl_lightning.nets import CriticEnsemble, SquashedGaussianActor
 from rl_lightning.seeding import seeded
@@ -79,9 +81,15 @@ class SACModule(OffPolicyModule):
             ``{"whole_update": True}`` compiles the whole update (backward, clipping, Adam, Polyak).
         updates_per_step: updates per Lightning training step (``OffPolicyModule``): the same run whatever
             its value, Lightning's per-step cost paid once per that many updates.
+        prioritized: prioritized experience replay (``OffPolicyModule``): transitions sampled by
+            ``(|TD error| + 1e-6)^prioritized_alpha`` (a sample's TD error: the largest of its critics'), the
+            critics' TD losses weighted by the importance weights (the actor's loss is not).
+        prioritized_alpha: how much the priorities count (0: uniform).
+        prioritized_beta: the importance weights' exponent at the start, annealed linearly to 1 over the run.
     """
 
     action_kinds = ("box",)
+    supports_prioritized = True
 
     def __init__(
         self,
@@ -109,6 +117,9 @@ class SACModule(OffPolicyModule):
         env_kwargs: dict[str, Any] | None = None,
         compile: bool | dict[str, Any] = False,
         updates_per_step: int = 10,
+        prioritized: bool = False,
+        prioritized_alpha: float = 0.6,
+        prioritized_beta: float = 0.4,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         check_float("lr", lr, 0.0, low_open=True)
@@ -166,7 +177,7 @@ class SACModule(OffPolicyModule):
         next_noise = torch.randn(shape, generator=self.update_generator, device=self.device)
         noise = torch.randn(shape, generator=self.update_generator, device=self.device)
         learned_alpha = isinstance(self.log_alpha, nn.Parameter)
-        loss, metrics = self.compiled.update(sac_losses)(
+        args = (
             self.actor,
             self.critic,
             self.target_critic,
@@ -178,8 +189,13 @@ class SACModule(OffPolicyModule):
             self.target_entropy,
             learned_alpha,
         )
+        if batch.weights is None:
+            loss, metrics = self.compiled.update(sac_losses)(*args)
+        else:  # prioritized replay: the weighted critic loss, and the TD errors for the new priorities
+            loss, metrics, td_errors = self.compiled.update(sac_losses)(*args, batch.weights)
+            self.update_priorities(batch, td_errors)
         if self.should_log():
-            self.log_metrics(metrics)
+            self.log_metrics({**metrics, **self.prioritized_metrics(batch)})
             self.log_charts()
         return loss
 
@@ -207,10 +223,13 @@ def sac_losses(
     noise: Tensor,
     target_entropy: float,
     learned_alpha: bool,
-) -> tuple[Tensor, dict[str, Tensor]]:
+    weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]] | tuple[Tensor, dict[str, Tensor], Tensor]:
     """SAC's update as a pure function (``SACModule.training_step`` calls it, through ``torch.compile`` with
     ``compile=True``): critic + actor (+ temperature) loss, each term reaching only its own parameters, and
-    the metrics to log (without gradient).
+    the metrics to log (without gradient); with ``weights`` (prioritized replay), the critics' loss weighted per
+    sample and a third output, each sample's largest |Q_i(s, a) - y| over the critics ``(batch,)`` (the new
+    priorities).
 
     Args:
         log_alpha: the temperature's log (a parameter if ``learned_alpha``, else a fixed buffer).
@@ -218,6 +237,7 @@ def sac_losses(
         next_noise, noise: standard normal ``(batch, action size)`` draws of the next actions a' ~ pi(.|s')
             and of the actions a ~ pi(.|s).
         target_entropy: the entropy the temperature steers the policy to.
+        weights: float32 ``(batch,)`` importance weights, or None (uniform replay).
     """
     alpha = log_alpha.detach().exp()
     with torch.no_grad():
@@ -231,7 +251,10 @@ def sac_losses(
             discounts,
         )
     q_values = critic(batch.obs, batch.actions)
-    critic_loss = compute_ensemble_td_loss(q_values, td_targets)
+    if weights is None:
+        critic_loss = compute_ensemble_td_loss(q_values, td_targets)
+    else:
+        critic_loss = compute_weighted_ensemble_td_loss(q_values, td_targets, weights)
     actions, logprobs = actor.sample(batch.obs, noise=noise)
     actor_loss = compute_sac_actor_loss(critic(batch.obs, actions, detach_params=True), logprobs, alpha)
     loss = critic_loss + actor_loss
@@ -246,4 +269,6 @@ def sac_losses(
         alpha_loss = compute_sac_alpha_loss(log_alpha, logprobs, target_entropy)
         loss = loss + alpha_loss
         metrics["losses/alpha_loss"] = alpha_loss.detach()
-    return loss, metrics
+    if weights is None:
+        return loss, metrics
+    return loss, metrics, compute_ensemble_td_errors(q_values, td_targets)

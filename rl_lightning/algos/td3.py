@@ -28,7 +28,13 @@ from rl_lightning.algos.off_policy import OffPolicyModule
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
 from rl_lightning.data.replay import ReplayBufferSamples
 from rl_lightning.export import GreedyPolicy
-from rl_lightning.losses import compute_ensemble_td_loss, compute_td3_target, smooth_target_actions
+from rl_lightning.losses import (
+    compute_ensemble_td_errors,
+    compute_ensemble_td_loss,
+    compute_td3_target,
+    compute_weighted_ensemble_td_loss,
+    smooth_target_actions,
+)
 from rl_lightning.nets import CriticEnsemble, DeterministicActor
 from rl_lightning.seeding import seeded
 
@@ -73,9 +79,15 @@ class TD3Module(OffPolicyModule):
             ``{"whole_update": True}`` compiles the whole update (backward, clipping, Adam, Polyak).
         updates_per_step: updates per Lightning training step (``OffPolicyModule``): the same run whatever
             its value, Lightning's per-step cost paid once per that many updates.
+        prioritized: prioritized experience replay (``OffPolicyModule``): transitions sampled by
+            ``(|TD error| + 1e-6)^prioritized_alpha`` (a sample's TD error: the largest of its critics'), the
+            critics' TD losses weighted by the importance weights (the actor's loss is not).
+        prioritized_alpha: how much the priorities count (0: uniform).
+        prioritized_beta: the importance weights' exponent at the start, annealed linearly to 1 over the run.
     """
 
     action_kinds = ("box",)
+    supports_prioritized = True
 
     def __init__(
         self,
@@ -104,6 +116,9 @@ class TD3Module(OffPolicyModule):
         env_kwargs: dict[str, Any] | None = None,
         compile: bool | dict[str, Any] = False,
         updates_per_step: int = 10,
+        prioritized: bool = False,
+        prioritized_alpha: float = 0.6,
+        prioritized_beta: float = 0.4,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         check_float("lr", lr, 0.0, low_open=True)
@@ -164,7 +179,7 @@ class TD3Module(OffPolicyModule):
         shape = (batch.rewards.shape[0], *self.action_shape)
         noise = torch.randn(shape, generator=self.update_generator, device=self.device)
         update_actor = (self.global_step + 1) % hp.policy_delay == 0  # the delayed actor update (SB3's count)
-        loss, metrics = self.compiled.update(td3_losses)(
+        args = (
             self.actor,
             self.critic,
             self.target_actor,
@@ -176,8 +191,13 @@ class TD3Module(OffPolicyModule):
             self._bounds(),
             update_actor,
         )
+        if batch.weights is None:
+            loss, metrics = self.compiled.update(td3_losses)(*args)
+        else:  # prioritized replay: the weighted critic loss, and the TD errors for the new priorities
+            loss, metrics, td_errors = self.compiled.update(td3_losses)(*args, batch.weights)
+            self.update_priorities(batch, td_errors)
         if self.should_log():
-            self.log_metrics(metrics)
+            self.log_metrics({**metrics, **self.prioritized_metrics(batch)})
             self.log_charts()
         return loss
 
@@ -218,10 +238,12 @@ def td3_losses(
     target_noise_clip: float,
     bounds: tuple[Tensor, Tensor, Tensor],
     update_actor: bool,
-) -> tuple[Tensor, dict[str, Tensor]]:
+    weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]] | tuple[Tensor, dict[str, Tensor], Tensor]:
     """TD3's update as a pure function (``TD3Module.training_step`` calls it, through ``torch.compile`` with
     ``compile=True``): the critics' TD loss, plus the actor's ``-Q_1(s, actor(s))`` on its delayed steps,
-    and the metrics to log (without gradient).
+    and the metrics to log (without gradient); with ``weights`` (prioritized replay), the critics' loss weighted
+    per sample and a third output, each sample's largest |Q_i(s, a) - y| over the critics ``(batch,)``.
 
     Args:
         discounts: ``gamma``, or the per-sample gamma^k of n-step samples.
@@ -229,6 +251,7 @@ def td3_losses(
         target_noise_clip: the smoothing noise's bound.
         bounds: the action's half-range, low and high bounds, shaped like one action.
         update_actor: whether this step also updates the actor.
+        weights: float32 ``(batch,)`` importance weights, or None (uniform replay).
     """
     scale, low, high = bounds
     with torch.no_grad():
@@ -239,13 +262,18 @@ def td3_losses(
             batch.rewards, batch.terminated, target_critic(batch.next_obs, next_actions), discounts
         )
     q_values = critic(batch.obs, batch.actions)
-    loss = compute_ensemble_td_loss(q_values, td_targets)
+    if weights is None:
+        loss = compute_ensemble_td_loss(q_values, td_targets)
+    else:
+        loss = compute_weighted_ensemble_td_loss(q_values, td_targets, weights)
     metrics = {"losses/qf_loss": loss.detach(), "losses/qf_values": q_values.detach().mean()}
     if update_actor:
         actor_loss = -critic(batch.obs, actor(batch.obs), detach_params=True)[0].mean()
         loss = loss + actor_loss
         metrics["losses/actor_loss"] = actor_loss.detach()
-    return loss, metrics
+    if weights is None:
+        return loss, metrics
+    return loss, metrics, compute_ensemble_td_errors(q_values, td_targets)
 
 
 def _finds_unused_parameters(strategy: DDPStrategy) -> bool:

@@ -2,6 +2,7 @@
 
 from rl_lightning.data.episodes import EpisodeTracker
 from rl_lightning.data.frame_replay import FrameStackReplayBuffer
+from rl_lightning.data.prioritized import PrioritizedFrameStackReplayBuffer, PrioritizedReplayBuffer, SumTree
 from rl_lightning.data.replay import ReplayBuffer, ReplayBufferSamples, ReplaySource, epsilon_greedy
 from rl_lightning.data.rollout import Rollout, RolloutSource, RolloutTensors
 from rl_lightning.data.source import EnvSource
@@ -10,11 +11,14 @@ __all__ = [
     "EnvSource",
     "EpisodeTracker",
     "FrameStackReplayBuffer",
+    "PrioritizedFrameStackReplayBuffer",
+    "PrioritizedReplayBuffer",
     "ReplayBuffer",
     "ReplayBufferSamples",
     "ReplaySource",
     "Rollout",
     "RolloutSource",
     "RolloutTensors",
+    "SumTree",
     "epsilon_greedy",
 ]

@@ -200,9 +200,11 @@ class FrameStackReplayBuffer:
         n_step: int = 1,
         gamma: float = 0.99,
         padding: str = "auto",
+        **options: Any,
     ) -> FrameStackReplayBuffer:
         """A buffer for ``envs``' frame-stack observations (:func:`frame_stack_axis`) on its device;
-        a ``ValueError`` for any other observation."""
+        a ``ValueError`` for any other observation. ``options``: a subclass's own arguments
+        (``PrioritizedFrameStackReplayBuffer``'s ``alpha``)."""
         axis = frame_stack_axis(envs.obs_shape, envs.obs_dtype)
         if axis is None:
             raise ValueError(
@@ -221,6 +223,7 @@ class FrameStackReplayBuffer:
             gamma=gamma,
             stack_axis=axis,
             padding=padding,
+            **options,
         )
 
     @staticmethod
@@ -435,22 +438,39 @@ class FrameStackReplayBuffer:
     def sample(self, batch_size: int) -> ReplayBufferSamples:
         """``batch_size`` transitions drawn uniformly with replacement, exactly as ``ReplayBuffer.sample``
         draws them (with ``n_step > 1``: chains of n, so the newest ``(n - 1) * num_envs`` slots start none)."""
+        span = self._check_can_sample()
+        offsets = torch.randint(0, self.size - span, (batch_size,), generator=self.generator, device=self.device)
+        # With one step every filled slot starts a sample (offsets are slots); n-step chains start from the oldest.
+        return self._samples_at(offsets if self.n_step == 1 else (self._oldest + offsets) % self.buffer_size)
+
+    @property
+    def _oldest(self) -> int:
+        """The slot of the oldest transition held."""
+        return (self._added - self.size) % self.buffer_size
+
+    def _check_can_sample(self) -> int:
+        """The newest slots that start no sample (``(n_step - 1) * num_envs``); a ``RuntimeError`` where no slot
+        can start one."""
         span = (self.n_step - 1) * self.num_envs
         if self.size <= span:
             if self.size == 0:
-                raise RuntimeError("cannot sample from an empty FrameStackReplayBuffer: add transitions first")
+                raise RuntimeError(f"cannot sample from an empty {type(self).__name__}: add transitions first")
             raise RuntimeError(
-                f"cannot sample from a FrameStackReplayBuffer holding {self.size} transitions: n_step={self.n_step} "
+                f"cannot sample from a {type(self).__name__} holding {self.size} transitions: n_step={self.n_step} "
                 f"needs more than {span}"
             )
-        offsets = torch.randint(0, self.size - span, (batch_size,), generator=self.generator, device=self.device)
-        oldest = (self._added - self.size) % self.buffer_size
+        return span
+
+    def _samples_at(self, slots: Tensor) -> ReplayBufferSamples:
+        """The samples whose first transition is in ``slots`` (int64 ``(batch,)``)."""
+        batch_size = len(slots)
+        oldest = self._oldest
         if self.n_step == 1:
-            first = last = offsets
-            returns, discounts = self.rewards.index_select(0, offsets), None
+            first = last = slots
+            returns, discounts = self.rewards.index_select(0, slots), None
         else:
             steps = self.num_envs * torch.arange(self.n_step, device=self.device)
-            chains = (oldest + offsets.unsqueeze(1) + steps) % self.buffer_size  # (batch, n): an env's next n slots
+            chains = (slots.unsqueeze(1) + steps) % self.buffer_size  # (batch, n): an env's next n slots
             flat = chains.flatten()
             rewards = self.rewards.index_select(0, flat).view(batch_size, self.n_step)
             dones = self.dones.index_select(0, flat).view(batch_size, self.n_step)

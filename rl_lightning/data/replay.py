@@ -109,6 +109,9 @@ class ReplayBufferSamples(NamedTuple):
     target still bootstraps there. With n-step returns, ``rewards`` is the discounted sum of up to
     n rewards (cut where the episode ended), ``next_obs`` and ``terminated`` are those of the last
     step summed, and ``discounts`` is gamma^(steps summed), the factor of the bootstrap.
+
+    A prioritized buffer's samples also carry their importance ``weights`` (for the loss) and the
+    ``indices`` of their slots (for ``update_priorities``); a uniform buffer's leave both None.
     """
 
     obs: Tensor  # (batch, *obs_shape), the env's obs dtype (float32, or uint8 images)
@@ -117,6 +120,8 @@ class ReplayBufferSamples(NamedTuple):
     terminated: Tensor  # bool (batch,)
     next_obs: Tensor  # (batch, *obs_shape): the true last obs where an episode ended
     discounts: Tensor | None = None  # float32 (batch,) gamma^k for n-step samples; None: one step (gamma)
+    weights: Tensor | None = None  # float32 (batch,) importance weights in (0, 1] (prioritized); None: uniform
+    indices: Tensor | None = None  # int64 (batch,) the samples' slots (prioritized); None: uniform
 
 
 _FIELDS = ReplayBufferSamples._fields[:5]
@@ -198,12 +203,12 @@ class ReplayBuffer:
 
     @classmethod
     def for_env(
-        cls, envs: VectorEnv, buffer_size: int, seed: int = 0, n_step: int = 1, gamma: float = 0.99
+        cls, envs: VectorEnv, buffer_size: int, seed: int = 0, n_step: int = 1, gamma: float = 0.99, **options: Any
     ) -> ReplayBuffer:
         """A buffer for ``envs``' spaces on its device: its observation shape and dtype (uint8
         images kept; a Dict observation one tensor per key, its action mask included, so a sample's
         ``next_obs`` has the next state's mask), int64 ``Discrete`` actions or float32 ``Box`` ones,
-        one slot row per env."""
+        one slot row per env. ``options``: a subclass's own arguments (``PrioritizedReplayBuffer``'s ``alpha``)."""
         action_shape = () if envs.action_kind == "discrete" else envs.action_shape
         return cls(
             buffer_size,
@@ -215,6 +220,7 @@ class ReplayBuffer:
             obs_dtype=envs.obs_dtype,
             n_step=n_step,
             gamma=gamma,
+            **options,
         )
 
     @staticmethod
@@ -306,21 +312,37 @@ class ReplayBuffer:
     def sample(self, batch_size: int) -> ReplayBufferSamples:
         """``batch_size`` transitions drawn uniformly with replacement from the filled part (with
         ``n_step > 1``: chains of n, so the newest ``(n - 1) * num_envs`` slots start none)."""
+        span = self._check_can_sample()
+        offsets = torch.randint(0, self.size - span, (batch_size,), generator=self.generator, device=self.device)
+        # With one step every filled slot starts a sample (offsets are slots); n-step chains start from the oldest.
+        return self._samples_at(offsets if self.n_step == 1 else (self._oldest + offsets) % self.buffer_size)
+
+    @property
+    def _oldest(self) -> int:
+        """The slot of the oldest transition held."""
+        return self.pos if self.size == self.buffer_size else 0
+
+    def _check_can_sample(self) -> int:
+        """The newest slots that start no sample (``(n_step - 1) * num_envs``); a ``RuntimeError`` where no slot
+        can start one."""
         span = (self.n_step - 1) * self.num_envs
         if self.size <= span:
             if self.size == 0:
-                raise RuntimeError("cannot sample from an empty ReplayBuffer: add transitions first")
+                raise RuntimeError(f"cannot sample from an empty {type(self).__name__}: add transitions first")
             raise RuntimeError(
-                f"cannot sample from a ReplayBuffer holding {self.size} transitions: n_step={self.n_step} needs more "
-                f"than {span}"
+                f"cannot sample from a {type(self).__name__} holding {self.size} transitions: n_step={self.n_step} "
+                f"needs more than {span}"
             )
-        offsets = torch.randint(0, self.size - span, (batch_size,), generator=self.generator, device=self.device)
+        return span
+
+    def _samples_at(self, slots: Tensor) -> ReplayBufferSamples:
+        """The samples whose first transition is in ``slots`` (int64 ``(batch,)``)."""
         # index_select is ~2x faster than advanced indexing (tensor[indices]) for row gathers on CPU.
         if self.n_step == 1:
-            return ReplayBufferSamples(*(self._storage[name].index_select(0, offsets) for name in _FIELDS))
-        oldest = self.pos if self.size == self.buffer_size else 0
+            return ReplayBufferSamples(*(self._storage[name].index_select(0, slots) for name in _FIELDS))
+        batch_size = len(slots)
         steps = self.num_envs * torch.arange(self.n_step, device=self.device)
-        chains = (oldest + offsets.unsqueeze(1) + steps) % self.buffer_size  # (batch, n): an env's next n slots
+        chains = (slots.unsqueeze(1) + steps) % self.buffer_size  # (batch, n): an env's next n slots
         flat = chains.flatten()
         rewards = self.rewards.index_select(0, flat).view(batch_size, self.n_step)
         dones = self._storage["dones"].index_select(0, flat).view(batch_size, self.n_step)
@@ -360,12 +382,22 @@ class ReplayBuffer:
 
 
 def make_replay_buffer(
-    envs: VectorEnv, buffer_size: int, seed: int, n_step: int, gamma: float, frame_replay: bool | None = None
+    envs: VectorEnv,
+    buffer_size: int,
+    seed: int,
+    n_step: int,
+    gamma: float,
+    frame_replay: bool | None = None,
+    prioritized: bool = False,
+    prioritized_alpha: float = 0.6,
 ) -> Any:
-    """The replay buffer for ``envs`` (``ReplaySource``'s ``frame_replay``): each frame of a frame-stack
-    observation once, else :class:`ReplayBuffer`; its size logged, and refused if it does not fit in the
-    device's available memory, before anything is allocated."""
-    from rl_lightning.data.frame_replay import FrameStackReplayBuffer, frame_stack_axis  # it imports this module
+    """The replay buffer for ``envs`` (``ReplaySource``'s ``frame_replay`` and ``prioritized``): each frame of a
+    frame-stack observation once, else :class:`ReplayBuffer`, sampling by priority with ``prioritized``
+    (``rl_lightning.data.prioritized``); its size logged, and refused if it does not fit in the device's available
+    memory, before anything is allocated."""
+    # They import this module.
+    from rl_lightning.data.frame_replay import FrameStackReplayBuffer, frame_stack_axis
+    from rl_lightning.data.prioritized import PrioritizedFrameStackReplayBuffer, PrioritizedReplayBuffer
 
     axis = frame_stack_axis(envs.obs_shape, envs.obs_dtype)
     if frame_replay is None:
@@ -376,18 +408,19 @@ def make_replay_buffer(
             f"K >= 2), got {envs.obs_shape} {envs.obs_dtype}: pass frame_replay=None (or False)"
         )
     action_shape = () if envs.action_kind == "discrete" else envs.action_shape
+    options: dict[str, Any] = {"alpha": prioritized_alpha} if prioritized else {}
     if frame_replay:
-        cls: Any = FrameStackReplayBuffer
-        nbytes = FrameStackReplayBuffer.bytes_needed(
+        cls: Any = PrioritizedFrameStackReplayBuffer if prioritized else FrameStackReplayBuffer
+        nbytes = cls.bytes_needed(
             buffer_size, envs.obs_shape, envs.num_envs, action_shape, envs.obs_dtype, n_step, axis
         )
         kind = "each frame of the stacks once"
     else:
-        cls = ReplayBuffer
-        nbytes = ReplayBuffer.bytes_needed(
-            buffer_size, envs.obs_shape, envs.num_envs, action_shape, envs.obs_dtype, n_step
-        )
+        cls = PrioritizedReplayBuffer if prioritized else ReplayBuffer
+        nbytes = cls.bytes_needed(buffer_size, envs.obs_shape, envs.num_envs, action_shape, envs.obs_dtype, n_step)
         kind = "obs and next_obs whole"
+    if prioritized:
+        kind += ", prioritized"
     what = f"the replay buffer ({buffer_size:,} transitions of {_describe_obs(envs)}, {kind})"
     check_fits_in_memory(
         nbytes,
@@ -397,7 +430,7 @@ def make_replay_buffer(
         + ("" if frame_replay or axis is None else ", or store each frame once (frame_replay=None or True)"),
     )
     rank_zero_info(f"{what[0].upper()}{what[1:]}: {format_bytes(nbytes)} on {envs.device}")
-    return cls.for_env(envs, buffer_size, seed=seed, n_step=n_step, gamma=gamma)
+    return cls.for_env(envs, buffer_size, seed=seed, n_step=n_step, gamma=gamma, **options)
 
 
 def _describe_obs(envs: VectorEnv) -> str:
@@ -470,6 +503,11 @@ class ReplaySource(EnvSource):
         frame_replay: store each frame of a frame-stack observation once
             (:class:`~rl_lightning.data.frame_replay.FrameStackReplayBuffer`); None: where the observation
             is a frame stack (``frame_stack_axis``); False: the plain :class:`ReplayBuffer`.
+        prioritized: sample by priority (``rl_lightning.data.prioritized``): batches carry importance ``weights``
+            and slot ``indices``, and the learner calls ``buffer.update_priorities(indices, td_errors)``.
+        prioritized_alpha: how much the priorities count (0: uniform).
+        prioritized_beta: the importance weights' exponent, or a function of ``env_steps`` giving it at each
+            sample (an annealing schedule).
 
     Before allocating, the buffer's size is logged, and a buffer larger than the device's available memory
     (RAM or GPU) is a ``ValueError`` with the numbers.
@@ -493,11 +531,18 @@ class ReplaySource(EnvSource):
         env_steps: int = 0,
         checkpoint_buffer: bool = True,
         frame_replay: bool | None = None,
+        prioritized: bool = False,
+        prioritized_alpha: float = 0.6,
+        prioritized_beta: float | Callable[[int], float] = 0.4,
     ):
         super().__init__(envs, seed=seed, world_size=world_size, env_steps=env_steps)
         # The settings were checked where they entered (OffPolicyModule; the buffer's by ReplayBuffer).
         self.explore = explore
-        self.buffer = make_replay_buffer(envs, buffer_size, buffer_seed, n_step, gamma, frame_replay)
+        self.buffer = make_replay_buffer(
+            envs, buffer_size, buffer_seed, n_step, gamma, frame_replay, prioritized, prioritized_alpha
+        )
+        self.prioritized = prioritized
+        self.prioritized_beta = prioritized_beta
         self.batch_size, self.learning_starts, self.num_batches = batch_size, learning_starts, num_batches
         self.train_freq, self.gradient_steps, self.checkpoint_buffer = train_freq, gradient_steps, checkpoint_buffer
         #: This batch's place among its collection's ``gradient_steps`` batches (0: collect first).
@@ -531,6 +576,9 @@ class ReplaySource(EnvSource):
             self.fill()
             self.collect(self.train_freq)
         self.batch_in_collection = (self.batch_in_collection + 1) % self.gradient_steps
+        if self.prioritized:
+            beta = self.prioritized_beta
+            return self.buffer.sample(self.batch_size, beta(self.env_steps) if callable(beta) else beta)
         return self.buffer.sample(self.batch_size)
 
     def fill(self) -> None:
