@@ -3,6 +3,7 @@ the same trajectories as the in-process gymnasium backend for the same seed (Box
 the info, Dict observations), a dead worker named in the error, bad arguments refused within seconds, and the
 modules training on it exactly as on the in-process backend."""
 
+import os
 import socket
 import subprocess
 import sys
@@ -239,3 +240,44 @@ def test_ddp_ranks_each_step_their_own_ray_workers_and_stay_in_sync(tmp_path):
         torch.equal(ranks[0]["state_dict"][name], ranks[1]["state_dict"][name]) for name in ranks[0]["state_dict"]
     )
     assert not torch.equal(ranks[0]["first_obs"], ranks[1]["first_obs"])  # seeds seed + rank * num_envs: distinct
+
+
+class _CrashingEnv(gym.Env):
+    """Its process dies (as a crashed simulator's would) at its 40th step."""
+
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = getattr(self, "steps", 0)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps >= 40:
+            os._exit(1)
+        return np.zeros(2, np.float32), 1.0, self.steps % 10 == 0, False, {}
+
+
+CRASH_ID = "rl_lightning_test/RayCrash-v0"
+if CRASH_ID not in gym.registry:
+    gym.register(CRASH_ID, entry_point=_CrashingEnv, max_episode_steps=50)
+
+
+def test_a_worker_dying_during_training_ends_the_run_naming_it_and_the_last_checkpoint_is_intact(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    module = PPOModule(CRASH_ID, num_envs=2, num_steps_per_rollout=16, env_backend="ray", env_kwargs={"num_workers": 2})
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True, every_n_train_steps=1)
+    trainer = L.Trainer(
+        max_steps=1000, logger=False, enable_progress_bar=False, callbacks=[checkpoint], accelerator="cpu"
+    )
+    with pytest.raises(
+        RuntimeError, match=r"Ray env worker [01] of 2 \(rl_lightning_test/RayCrash-v0, envs [01]\.\.\.[01]"
+    ):
+        trainer.fit(module)
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert 0 < saved["global_step"] < 1000  # written before the crash, whole
+    resumed = PPOModule.load_from_checkpoint(tmp_path / "last.ckpt", env_backend="gymnasium", env_kwargs={})
+    assert resumed.hparams.num_envs == 2
