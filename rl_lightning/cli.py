@@ -5,6 +5,7 @@ which the training scripts (``scripts/train_*.py``) are written with.
     rl-lightning fit --config configs/vpg_cartpole.yaml
     rl-lightning fit --config configs/dqn_cartpole.yaml --trainer.max_steps 2000
     rl-lightning fit --model VPGModule --model.init_args.num_envs 64 --trainer.precision bf16-mixed
+    rl-lightning fit --config configs/vpg_cartpole.yaml --logger tensorboard wandb   (also mlflow, csv)
     rl-lightning fit --config configs/vpg_cartpole.yaml --print_config      (the full config, YAML)
     rl-lightning fit --model.help VPGModule                                 (a module's hyper-parameters)
     python scripts/train_vpg.py --lr 0.01 --devices 2 --strategy ddp        (ScriptCLI: the same, flat flags)
@@ -30,7 +31,7 @@ import torch
 from jsonargparse import ActionConfigFile, DefaultHelpFormatter
 from jsonargparse.typing import PositiveInt
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from rl_lightning._command_line_renames import model_class_at, renamed_arguments
 from rl_lightning.algos import ALGORITHMS
@@ -38,7 +39,8 @@ from rl_lightning.callbacks import CheckpointOnStop, EnvStepBudget
 from rl_lightning.callbacks.guard import check_trainer_settings
 from rl_lightning.checkpoints import CHECKPOINT_KEY, load_checkpoint_file, resolve_ckpt_path
 from rl_lightning.deprecations import same_value
-from rl_lightning.scripting import RunLines, default_callbacks, is_launching_process, run_logger
+from rl_lightning.loggers import add_logger_argument, logger_spellings
+from rl_lightning.scripting import RunLines, default_callbacks, is_launching_process, run_loggers, use_run_directory
 from rl_lightning.trust import UntrustedCheckpointError, algorithm_class_paths, check_file_hyperparameters
 
 # A ``{"class_path": ...}`` value of an untyped option (``env_kwargs``' values) stays a spec for the code
@@ -78,6 +80,7 @@ class RLLightningCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         _add_run_arguments(parser, "--trainer.max_steps (fit)")
+        add_logger_argument(parser, None, "fit only; not with --trainer.logger")
         parser.add_argument(
             "--trust_checkpoint",
             action="store_true",
@@ -89,7 +92,7 @@ class RLLightningCLI(LightningCLI):
         # The command line as given (a former argument name spelled as now: renamed_arguments), to tell the
         # flags a user set from the defaults (_parse_ckpt_path).
         argv = list(args) if isinstance(args, (list, tuple)) else sys.argv[1:] if args is None else []
-        self._argv = renamed_arguments(argv, parser.error)
+        self._argv = logger_spellings(renamed_arguments(argv, parser.error))
         if self._argv == argv:
             super().parse_arguments(parser, args)
         else:  # LightningCLI's own parse of a command line (without its warning that args and sys.argv are both given)
@@ -207,6 +210,10 @@ class RLLightningCLI(LightningCLI):
         if self.subcommand == "fit" and config.get("total_env_steps") is not None:
             # EnvStepBudget sets max_steps from the budget; the epochs must not cut it short.
             config.trainer.max_steps, config.trainer.max_epochs = -1, -1
+        if config.get("logger") is not None and self.subcommand != "fit":
+            self._usage_error(f"--logger is for fit: {self.subcommand} writes nothing (a --trainer.logger still logs)")
+        if config.get("logger") is not None and config.trainer.get("logger") is not None:
+            self._usage_error("--logger and --trainer.logger both give the run's loggers: pass one of them")
         if self.subcommand in ("validate", "test"):
             # Greedy episodes of a checkpoint: one printed line, no version_N directory or config.yaml
             # (a --trainer.logger of the user's still logs).
@@ -232,8 +239,12 @@ class RLLightningCLI(LightningCLI):
         _refuse_unsupported_trainer_settings(self)
         if self.subcommand == "fit":
             config = self.config[self.subcommand]
-            self._set_up_run(config.get("total_env_steps"), own_logger=config.trainer.get("logger") is None)
-            self.trainer.callbacks.append(RunLines())
+            own_logger = config.trainer.get("logger") is None
+            run_dir = self._set_up_run(config.get("total_env_steps"), own_logger, config.get("logger"))
+            for callback in self.trainer.callbacks:
+                if own_logger and isinstance(callback, _SaveRunConfig):  # whichever logger comes first
+                    callback.in_run_dir, callback.run_dir = True, run_dir
+            self.trainer.callbacks.append(RunLines(run_dir=None if run_dir is None else str(run_dir)))
             if not any(isinstance(callback, CheckpointOnStop) for callback in self.trainer.callbacks):
                 # SIGTERM, Ctrl-C and SLURM's requeue signal leave an exact resume point, as in the scripts
                 self.trainer.callbacks.append(CheckpointOnStop())
@@ -244,13 +255,23 @@ class RLLightningCLI(LightningCLI):
         """Exit with status 2 and ``message`` after the usage line, as for a value of the wrong type."""
         self._parser(self.subcommand).error(message, error)
 
-    def _set_up_run(self, total_env_steps: int | None, own_logger: bool) -> None:
-        """A fit's plumbing on the Trainer: the run's TensorBoard logger (``lightning_logs/<ALGO>-<env
-        id>/version_N``; ``own_logger`` False keeps the one given) and the env-step budget, if any."""
+    def _set_up_run(self, total_env_steps: int | None, own_logger: bool, logger: Any = None) -> Any:
+        """A fit's plumbing on the Trainer: the run's loggers (``logger``: ``--logger``'s value, see
+        :func:`~rl_lightning.scripting.run_loggers`), all in ``lightning_logs/<ALGO>-<env id>/version_N``, with the
+        checkpoints and videos there (``own_logger`` False keeps the loggers given), and the env-step budget, if
+        any. Returns the run's directory (None: the loggers given decide). An unknown logger, or one whose
+        package is missing, is a usage error before any directory is claimed."""
+        run_dir = None
         if own_logger:
-            self.trainer.loggers = [run_logger(self.model, self.trainer.default_root_dir)]
+            try:
+                loggers, run_dir = run_loggers(self.model, self.trainer.default_root_dir, logger)
+            except (ValueError, ImportError) as error:
+                self._usage_error(str(error), error)
+            self.trainer.loggers = loggers
+            use_run_directory(self.trainer, run_dir)
         if total_env_steps is not None:
             self.trainer.callbacks.append(EnvStepBudget(total_env_steps))
+        return run_dir
 
     def _checkpoint_to_resume(self, ckpt_path: str | None, root_dir: str) -> str | None:
         """``ckpt_path``, or for ``last`` the newest ``last.ckpt`` of this algorithm and env under
@@ -389,6 +410,7 @@ class ScriptCLI(RLLightningCLI):
         )
         group.add_argument("--default_root_dir", type=str, default=".", help="logs go to DIR/lightning_logs")
         _add_run_arguments(group, "--max_steps")
+        add_logger_argument(group, "tensorboard")
         group.add_argument(
             "--ckpt_path",
             type=str | None,
@@ -426,6 +448,7 @@ class ScriptCLI(RLLightningCLI):
         options = {option for action in parser._actions for option in action.option_strings}
         list_options = {f"--{key}" for key in self._module_keys if f"--{key}+" in options}
         argv = renamed_arguments(sys.argv[1:] if args is None else list(args), parser.error, self.model_class)
+        argv = logger_spellings(argv)
         self.config = parser.parse_args(_argparse_spellings(argv, list_options))
         if self.config.max_steps is not None and self.config.total_env_steps is not None:
             parser.error("--max_steps and --total_env_steps both set the run's length: pass one of them")
@@ -471,7 +494,7 @@ class ScriptCLI(RLLightningCLI):
             given = " ".join(f"--{name} {config[name]}" for name in SCRIPT_TRAINER_FLAGS[:-1])
             self._usage_error(f"the Trainer flags ({given}) are not usable here: {error}", error)
         _refuse_unsupported_trainer_settings(self)
-        self._set_up_run(config.total_env_steps, own_logger=True)
+        self._set_up_run(config.total_env_steps, own_logger=True, logger=config.logger)
 
 
 def _add_run_arguments(container: Any, max_steps_flag: str) -> None:
@@ -484,6 +507,30 @@ def _add_run_arguments(container: Any, max_steps_flag: str) -> None:
         default=None,
         help=f"the run's length in env steps (SB3's total_timesteps), in place of {max_steps_flag}",
     )
+
+
+class _SaveRunConfig(SaveConfigCallback):
+    """LightningCLI's ``config.yaml``, in the run's directory (``run_dir``; ``in_run_dir`` is set on every rank
+    for a fit with the run's own loggers) whichever logger comes first: Lightning writes it to ``trainer.log_dir``,
+    which is W&B's ``save_dir`` or, for MLflow, nothing (it fails) when one of them comes first. Otherwise
+    Lightning's own."""
+
+    in_run_dir = False
+    run_dir: Any = None  # None on a rank that a launcher started without naming it: rank 0 writes
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if not self.in_run_dir:
+            super().setup(trainer, pl_module, stage)
+            return
+        if self.already_saved:
+            return
+        # No broadcast (Lightning's broadcasts trainer.log_dir), so the same on every rank; rank 0 writes.
+        if trainer.is_global_zero and self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            path = str(self.run_dir / self.config_filename)
+            self.parser.save(self.config, path, skip_none=False, overwrite=self.overwrite, multifile=self.multifile)
+            self.save_config(trainer, pl_module, stage)
+        self.already_saved = True
 
 
 class _HelpFormatter(DefaultHelpFormatter):
@@ -547,6 +594,7 @@ def make_cli(args: ArgsType = None) -> RLLightningCLI:
         seed_everything_default=False,
         # The modules make their own Adam from ``lr``; a second ``--optimizer`` would silently win.
         auto_configure_optimizers=False,
+        save_config_callback=_SaveRunConfig,
         save_config_kwargs={"overwrite": True},
         args=args,
     )

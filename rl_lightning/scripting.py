@@ -16,6 +16,8 @@ from typing import Any
 
 import lightning as L
 
+from rl_lightning.loggers import logger_lines, logger_names, make_logger
+
 
 def default_callbacks(
     env_id: str,
@@ -84,51 +86,6 @@ def default_callbacks(
 _VERSION_VARIABLE = "RL_LIGHTNING_RUN_VERSIONS"
 
 
-#: ``--logger``'s choices: Lightning's loggers by the names of their modules (``lightning.pytorch.loggers.wandb``),
-#: in the order a run holds them (the first is Lightning's ``trainer.logger``).
-LOGGER_NAMES = ("tensorboard", "csv", "wandb", "mlflow")
-#: The package (and the extra of the same name: ``pip install 'rl_lightning[wandb]'``) each logger needs beyond ours.
-_LOGGER_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow"}
-
-
-def logger_names(value: str | Sequence[str] | None) -> list[str]:
-    """``--logger``'s value as the loggers' names, each once, in :data:`LOGGER_NAMES`' order: ``"wandb"``,
-    ``"tensorboard,wandb"`` or ``["tensorboard", "wandb"]``; None: ``["tensorboard"]``.
-
-    Raises:
-        ValueError: for a name not among :data:`LOGGER_NAMES`, or none at all.
-        ModuleNotFoundError: for a logger whose package is not installed, naming its extra.
-    """
-    if value is None:
-        return ["tensorboard"]
-    items = [value] if isinstance(value, str) else list(value)
-    names = [part.strip().lower() for item in items for part in str(item).split(",") if part.strip()]
-    unknown = [name for name in names if name not in LOGGER_NAMES]
-    if unknown or not names:
-        given = ", ".join(repr(name) for name in unknown) if unknown else "no logger"
-        raise ValueError(
-            f"--logger: {given}; choose from tensorboard, wandb, mlflow, csv "
-            "(several: --logger tensorboard wandb, or tensorboard,wandb)"
-        )
-    for name in names:
-        package = _LOGGER_PACKAGES.get(name)
-        if package is not None and not _installed(package):
-            raise ModuleNotFoundError(
-                f"--logger {name} needs the {package} package, which is not installed: "
-                f"pip install 'rl_lightning[{name}]' (or pip install {package})"
-            )
-    return [name for name in LOGGER_NAMES if name in names]
-
-
-def _installed(package: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(package) is not None
-    except (ImportError, ValueError):  # ValueError: sys.modules holds None for it (blocked)
-        return False
-
-
 def run_logger(module: Any, root_dir: str | Path) -> Any:
     """TensorBoard logs in ``<root_dir>/lightning_logs/<run name>/version_N`` (``PPO-CartPole-v1``), so
     a directory says what ran; no placeholder ``hp_metric``. See :func:`run_loggers`."""
@@ -171,41 +128,8 @@ def run_loggers(
         claimed[str(directory)] = str(version)
         os.environ[_VERSION_VARIABLE] = "\n".join(f"{path}={number}" for path, number in claimed.items())
     run_dir = None if version is None else root / module.run_name / f"version_{version}"
-    return [_make_logger(name, module.run_name, root, version, run_dir) for name in chosen], run_dir
-
-
-def _make_logger(name: str, run_name: str, root: Path, version: int | None, run_dir: Path | None) -> Any:
-    """One of the run's loggers (see :func:`run_loggers`)."""
-    import os
-
-    if name == "tensorboard":
-        from lightning.pytorch.loggers import TensorBoardLogger
-
-        return TensorBoardLogger(root, name=run_name, version=version, default_hp_metric=False)
-    if name == "csv":
-        from lightning.pytorch.loggers import CSVLogger
-
-        return CSVLogger(root, name=run_name, version=version)
-    if name == "wandb":
-        from lightning.pytorch.loggers import WandbLogger
-
-        # The run starts (wandb.init) with the first metric, on rank 0 only.
-        save_dir = os.environ.get("WANDB_DIR") or str(run_dir or root / run_name)
-        return WandbLogger(name=f"{run_name}/version_{version}", save_dir=save_dir)
-    from lightning.pytorch.loggers import MLFlowLogger
-    from lightning.pytorch.loggers.logger import DummyLogger
-
-    if not is_launching_process():
-        # MLflow's client opens (and may create) its store when made: rank 0 alone logs, and alone opens it.
-        return DummyLogger()
-    tracking_uri = os.environ.get("MLFLOW_TRACKING_URI")
-    store: dict[str, Any] = {"tracking_uri": tracking_uri}
-    if not tracking_uri and run_dir is not None:
-        store = {
-            "tracking_uri": f"sqlite:///{(run_dir / 'mlflow.db').resolve()}",
-            "artifact_location": str((run_dir / "mlartifacts").resolve()),
-        }
-    return MLFlowLogger(experiment_name=run_name, run_name=f"version_{version}", **store)
+    launching = is_launching_process()
+    return [make_logger(name, module.run_name, root, version, run_dir, launching) for name in chosen], run_dir
 
 
 def use_run_directory(trainer: L.Trainer, run_dir: Path | None) -> None:
@@ -331,19 +255,16 @@ def start_line(trainer: L.Trainer, module: Any, note: str | None = None, run_dir
     line = f"{type(module).__name__} on {module.hparams.env_id}, {parameters:,} parameters, {envs}: {budget}, {until}"
     if trainer.ckpt_path:
         line += f"; resumed from {trainer.ckpt_path} at env step {module.env_steps:,}"
-    if not trainer.loggers:
-        return line + "; no logger"
-    return line + f"; logs in {run_dir or _log_dir(trainer) or 'the loggers (' + _logger_kinds(trainer) + ')'}"
-
-
-def _logger_kinds(trainer: L.Trainer) -> str:
-    return ", ".join(type(logger).__name__ for logger in trainer.loggers)
+    where = run_dir or _log_dir(trainer)
+    if where is None and trainer.loggers:  # e.g. MLflow alone, on a tracking server
+        where = ", ".join(type(logger).__name__ for logger in trainer.loggers)
+    return line + f"; logs in {where or 'no logger'}"
 
 
 def report(trainer: L.Trainer, module: Any, seconds: float, run_dir: str | None = None) -> str:
     """The run's last lines: whether it solved the env (or why it stopped), the greedy evaluation, wall
     time, env steps, and where the checkpoints, videos and logs went (each logger's line:
-    :func:`_logger_lines`)."""
+    :func:`~rl_lightning.loggers.logger_lines`)."""
     from lightning.pytorch.callbacks import EarlyStopping
 
     from rl_lightning.callbacks import Evaluation, GridVideoLogger
@@ -385,34 +306,7 @@ def report(trainer: L.Trainer, module: Any, seconds: float, run_dir: str | None 
     video_dir = video.video_dir if video is not None else None
     if video is not None and (video_dir is not None or log_dir is not None):
         lines.append(f"  videos:           {video_dir or Path(log_dir) / 'videos'} ({len(video.video_paths)} mp4)")
-    return "\n".join(lines + _logger_lines(trainer))
-
-
-def _logger_lines(trainer: L.Trainer) -> list[str]:
-    """Where each logger of the run keeps what it logged: "TensorBoard logs:" only with a TensorBoard logger."""
-    from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, TensorBoardLogger, WandbLogger
-
-    lines = []
-    for logger in trainer.loggers:
-        try:
-            if isinstance(logger, TensorBoardLogger):
-                log_dir = logger.log_dir
-                lines.append(f"  TensorBoard logs: {log_dir}  (tensorboard --logdir {Path(log_dir).parent.parent})")
-            elif isinstance(logger, CSVLogger):
-                lines.append(f"  CSV metrics:      {Path(logger.log_dir) / 'metrics.csv'}")
-            elif isinstance(logger, WandbLogger):
-                run = logger.experiment
-                run_dir = Path(run.dir).parent  # run.dir: the run's files/
-                where = f"{run_dir}  (offline: wandb sync {run_dir})" if run.offline else f"{run.url}  ({run_dir})"
-                lines.append(f"  W&B run:          {where}")
-            elif isinstance(logger, MLFlowLogger):
-                uri = logger.experiment.tracking_uri
-                lines.append(
-                    f"  MLflow run:       {logger.run_id} in {uri}  (mlflow ui --backend-store-uri {uri})"
-                )
-        except Exception as error:  # the report never fails for a logger that cannot say
-            lines.append(f"  {type(logger).__name__}: {error!r}")
-    return lines
+    return "\n".join(lines + logger_lines(trainer))
 
 
 #: Lightning's start-up lines the scripts and the CLI leave out: device availability, adverts, and the
@@ -429,6 +323,7 @@ _LIGHTNING_CHATTER = (
     "`weights_only` was not set",
     "Received SIGTERM:",  # the "stopped by SIGTERM" line says it
     "Bypassing SIGTERM:",  # under SLURM's auto-requeue; the stop line says what stopped the run
+    "Experiment with name ",  # MLFlowLogger creating the run's experiment ("... not found. Creating it.")
 )
 _LIGHTNING_LOGGERS = (
     "lightning.pytorch.utilities.rank_zero",
@@ -436,6 +331,7 @@ _LIGHTNING_LOGGERS = (
     "lightning_utilities.core.rank_zero",
     "lightning.pytorch.trainer.connectors.signal_connector",
     "lightning.pytorch.trainer.connectors.checkpoint_connector",
+    "lightning.pytorch.loggers.mlflow",
 )
 
 
@@ -448,14 +344,21 @@ class _DropChatter(logging.Filter):
 @contextmanager
 def quiet_lightning() -> Iterator[None]:
     """Within the block, Lightning's informational start-up lines (GPU/TPU availability, tips, "fit
-    stopped", "restoring states") are not printed; its warnings and everything else are. The scripts
-    and the CLI run in it; nothing is filtered outside it."""
+    stopped", "restoring states") are not printed, nor CSVLogger's warning that the run's directory is not
+    empty; its other warnings and everything else are. The scripts and the CLI run in it; nothing is
+    filtered outside it."""
+    import warnings
+
     chatter = _DropChatter()
     loggers = [logging.getLogger(name) for name in _LIGHTNING_LOGGERS]
     for logger in loggers:
         logger.addFilter(chatter)
     try:
-        yield
+        with warnings.catch_warnings():
+            # CSVLogger's, when it finds the run's directory holding TensorBoard's or W&B's files (or config.yaml):
+            # the directory is this run's own (claimed when it started), and all it removes is a metrics.csv.
+            warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
+            yield
     finally:
         for logger in loggers:
             logger.removeFilter(chatter)

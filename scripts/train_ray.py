@@ -90,6 +90,7 @@ class RayScriptCLI(ScriptCLI):
         )
 
     def instantiate_classes(self) -> None:
+        from rl_lightning.loggers import logger_names
         from rl_lightning.ray_train import ray_trainer
 
         config = self.config
@@ -102,6 +103,8 @@ class RayScriptCLI(ScriptCLI):
         for flag, (fine, reason) in refused.items():
             if not fine:
                 self._usage_error(f"--{flag} {config[flag]} is not for a Ray Train run: {reason}")
+        if "logger" in config and logger_names(config.logger) != ["tensorboard"]:
+            self._usage_error("--logger: a Ray Train run logs to TensorBoard only (worker 0 writes the run's logs)")
         # ``instantiate`` is jsonargparse >= 4.49's name for ``instantiate_classes``.
         instantiate = getattr(self.parser, "instantiate", None) or self.parser.instantiate_classes
         self.config_init = instantiate(config)  # builds --network from its class_path and init_args

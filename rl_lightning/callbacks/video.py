@@ -1,10 +1,12 @@
-"""GridVideoLogger: a 4x4 grid video of the agent, as an MP4 file and in TensorBoard."""
+"""GridVideoLogger: a 4x4 grid video of the agent, as an MP4 file and in every logger of the run (TensorBoard,
+W&B, MLflow, CSV)."""
 
 from __future__ import annotations
 
 import copy
 import functools
 import itertools
+import shutil
 import threading
 import time
 import warnings
@@ -12,12 +14,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from PIL import Image
 from torch import Tensor, nn
@@ -138,6 +140,25 @@ def _identity(frames: Tensor) -> Tensor:
     return frames
 
 
+class _Clip(NamedTuple):
+    """A written MP4, for the loggers: its path, the env step it shows and its caption."""
+
+    path: Path
+    env_steps: int
+    caption: str
+
+
+def _videos_dir(trainer: L.Trainer) -> Path:
+    """``videos/`` in the directory of the first logger that has one (TensorBoard's and CSV's ``log_dir``,
+    W&B's ``save_dir``; not MLflow's store, which takes each folder in it for an experiment), else in
+    ``default_root_dir``. Read from the loggers: ``Trainer.log_dir`` broadcasts, and only rank 0 makes videos."""
+    for logger in trainer.loggers:
+        directory = getattr(logger, "log_dir", None) or (None if isinstance(logger, MLFlowLogger) else logger.save_dir)
+        if directory:
+            return Path(directory) / "videos"
+    return Path(trainer.default_root_dir) / "videos"
+
+
 class _Cancelled(Exception):
     """The run stopped with an error while a clip was playing in the background."""
 
@@ -218,8 +239,15 @@ class GridVideoLogger(L.Callback):
 
     The clip is the rollout just collected when the module has one (VPG: no extra env steps),
     otherwise a greedy rollout of ``num_steps`` steps on a separate env instance (DQN). It is
-    written to ``<log_dir>/videos/step_<env_steps>.mp4`` and, with a TensorBoard logger, as an
-    animated image ``videos/grid`` (with its caption as text ``videos/caption``).
+    written to ``<dirpath>/step_<env_steps>.mp4`` and reaches every logger of the run, at its env step:
+
+    - TensorBoard (the first ``TensorBoardLogger``): an animated image ``videos/grid``, its caption as
+      text ``videos/caption``;
+    - W&B (``WandbLogger``): a ``wandb.Video`` ``videos/grid`` with its caption (``logger.log_video``);
+    - MLflow (``MLFlowLogger``): the MP4 as the artifact ``videos/step_<env_steps>.mp4``, its caption as
+      ``videos/step_<env_steps>.txt``;
+    - any other logger with a ``log_dir`` of its own (CSV): a copy of the MP4 in ``<log_dir>/videos``;
+      a logger with neither gets the scalars only.
 
     Everything after grabbing the clip runs in one background thread on rank 0; a failed render
     or encode is a warning, never a crash:
@@ -254,6 +282,9 @@ class GridVideoLogger(L.Callback):
         flash_frames: frames a cell flashes when its episode ends.
         tensorboard_frame_stride: keep every k-th frame in the TensorBoard GIF (the MP4 keeps all).
         seed: seed of the envs of greedy clips.
+        dirpath: where the MP4 files go (None: ``videos/`` in the directory of the first logger that has
+            one: TensorBoard's and CSV's ``log_dir``, W&B's ``save_dir``; else the Trainer's
+            ``default_root_dir``).
     """
 
     def __init__(
@@ -266,6 +297,7 @@ class GridVideoLogger(L.Callback):
         flash_frames: int = 3,
         tensorboard_frame_stride: int = 3,
         seed: int = 20_000,
+        dirpath: str | Path | None = None,
     ):
         self.every_n_env_steps = check_int("every_n_env_steps", every_n_env_steps, 1)
         if every_n_train_steps is not None:
@@ -277,6 +309,8 @@ class GridVideoLogger(L.Callback):
         self.flash_frames = check_int("flash_frames", flash_frames, 0)
         self.tensorboard_frame_stride = check_int("tensorboard_frame_stride", tensorboard_frame_stride, 1)
         self.seed = check_seed("seed", seed)
+        self.dirpath = dirpath
+        self._loggers: list[Logger] = []  # the run's loggers, which each finished clip is handed to
         self._cannot_draw_warned = False
         self._disabled = False  # set when the env turned out unable to render
         self._next_at = 0
@@ -296,6 +330,8 @@ class GridVideoLogger(L.Callback):
         self.render_seconds: list[float] = []
         #: Env steps at which a clip was due but skipped: the previous clip was still being played.
         self.skipped_env_steps: list[int] = []
+        #: Where the MP4 files go (``dirpath``, or found from the loggers when the first clip is due).
+        self.video_dir: Path | None = None if dirpath is None else Path(dirpath)
 
     def _due(self, trainer: L.Trainer, pl_module: L.LightningModule) -> bool:
         now = trainer.global_step if self.every_n_train_steps else pl_module.env_steps
@@ -327,9 +363,11 @@ class GridVideoLogger(L.Callback):
             spec_env.close()
             self._env_fps, self._draw = spec_env.render_fps, spec_env.draw if spec_env.can_draw else None
         fps = (self.fps or self._env_fps) / self.frame_stride
-        log_dir = Path(trainer.logger.log_dir if trainer.logger is not None else trainer.default_root_dir)
-        path = log_dir / "videos" / f"step_{pl_module.env_steps}.mp4"
-        writer = trainer.logger.experiment if isinstance(trainer.logger, TensorBoardLogger) else None
+        self.video_dir = Path(self.dirpath) if self.dirpath is not None else _videos_dir(trainer)
+        path = self.video_dir / f"step_{pl_module.env_steps}.mp4"
+        self._loggers = list(trainer.loggers)
+        tensorboard = next((logger for logger in self._loggers if isinstance(logger, TensorBoardLogger)), None)
+        writer = tensorboard.experiment if tensorboard is not None else None
         env_steps = pl_module.env_steps
         rollout = pl_module.latest_rollout() if self._draw is not None else None
         if rollout is not None:  # the newest training rollout: its first 16 envs
@@ -380,17 +418,20 @@ class GridVideoLogger(L.Callback):
         dones = _every_kth_step(frames, all_dones, self.frame_stride)[1]  # frames are every k-th already
         return frames, dones, _greedy_caption(env_steps, all_dones)
 
-    def _play_and_render(self, pl_module, actor: _FrozenGreedyActor, fps, path: Path, writer, env_steps: int) -> None:
+    def _play_and_render(
+        self, pl_module, actor: _FrozenGreedyActor, fps, path: Path, writer, env_steps: int
+    ) -> _Clip | None:
         """In the background thread: play a greedy clip with the frozen ``actor`` on a fresh env
         instance (built, rendered and closed in this thread), then draw and encode it. A
         ``_CannotRender`` is left for the training thread to warn about (see ``_collect``)."""
         start = time.perf_counter()
         frames, dones, caption = self._play(pl_module, env_steps, actor)
-        self._render(frames, dones, _identity, fps, path, writer, env_steps, caption, start)
+        return self._render(frames, dones, _identity, fps, path, writer, env_steps, caption, start)
 
     def _collect(self) -> None:
-        """On the training thread: forget the finished clips; warn (once) and stop the videos if a
-        background clip found the env unable to render, warn if it failed otherwise."""
+        """On the training thread: hand the finished clips to the loggers other than TensorBoard (their
+        clients are not made to be called from a second thread) and forget them; warn (once) and stop
+        the videos if a background clip found the env unable to render, warn if it failed otherwise."""
         if not self._pending:
             return
         running = []
@@ -403,7 +444,32 @@ class GridVideoLogger(L.Callback):
                 self._warn_no_video(error)
             elif error is not None and not isinstance(error, _Cancelled):  # a video never stops training
                 rank_zero_warn(f"GridVideoLogger could not play the greedy clip: {error!r}")
+            elif error is None and future.result() is not None:  # None: it failed, with its warning
+                self._send_to_loggers(future.result())
         self._pending = running
+
+    def _send_to_loggers(self, clip: _Clip) -> None:
+        """``clip`` to W&B, MLflow and the ``log_dir`` of every other logger that has one (TensorBoard got
+        it in the background thread); a logger that fails is a warning, never a crash."""
+        for logger in self._loggers:
+            try:
+                if isinstance(logger, TensorBoardLogger):
+                    continue
+                if isinstance(logger, WandbLogger):
+                    logger.log_video("videos/grid", [str(clip.path)], step=clip.env_steps, caption=[clip.caption])
+                elif isinstance(logger, MLFlowLogger):
+                    logger.experiment.log_artifact(logger.run_id, str(clip.path), artifact_path="videos")
+                    logger.experiment.log_text(logger.run_id, clip.caption, f"videos/{clip.path.stem}.txt")
+                elif getattr(logger, "log_dir", None):  # CSV, or a logger of yours that keeps files
+                    target = Path(logger.log_dir) / "videos" / clip.path.name
+                    if target.resolve() != clip.path.resolve():
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(clip.path, target)
+            except Exception as error:  # a video must never take training down
+                rank_zero_warn(
+                    f"GridVideoLogger could not hand the video of env step {clip.env_steps:,} to "
+                    f"{type(logger).__name__}: {error!r}"
+                )
 
     def _warn_no_video(self, error: _CannotRender) -> None:
         self._disabled = True  # the env cannot render: no more tries this run
@@ -413,8 +479,11 @@ class GridVideoLogger(L.Callback):
 
     def _render(
         self, obs, dones, draw, fps, path: Path, writer, env_steps: int, caption: str, start: float | None = None
-    ) -> None:
+    ) -> _Clip | None:
+        """Draw and encode the clip to ``path`` (and the TensorBoard GIF to ``writer``); the clip for the other
+        loggers, or None if it failed (with a warning)."""
         start = time.perf_counter() if start is None else start
+        clip = None
         try:
             # One pass over the rendered frames: every frame goes to the MP4, every k-th (copied:
             # the iterator reuses its buffer) is kept for the TensorBoard GIF.
@@ -436,9 +505,11 @@ class GridVideoLogger(L.Callback):
             if writer is not None:
                 write_summary(writer, video_summary("videos/grid", kept, fps / stride, _CAPTION), env_steps)
                 writer.add_text("videos/caption", caption, env_steps)
+            clip = _Clip(path, env_steps, caption)
         except Exception as error:  # a video must never take training down
             rank_zero_warn(f"GridVideoLogger could not write the video for env step {env_steps}: {error!r}")
         self.render_seconds.append(time.perf_counter() - start)
+        return clip
 
     def state_dict(self) -> dict[str, Any]:
         return {"next_at": self._next_at}
