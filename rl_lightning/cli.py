@@ -421,7 +421,12 @@ class ScriptCLI(RLLightningCLI):
         group = parser.add_argument_group("evaluation, video and stopping")
         every = "env steps between greedy evaluations"
         group.add_argument("--eval_every_n_env_steps", type=PositiveInt, default=self._defaults["eval"], help=every)
-        group.add_argument("--num_eval_episodes", type=PositiveInt, default=32, help="episodes per evaluation")
+        group.add_argument(
+            "--num_eval_episodes",
+            type=PositiveInt | None,
+            default=None,
+            help="episodes per evaluation (default: 32 for a native torch env, 10 for the others)",
+        )
         group.add_argument(
             "--eval_max_episode_steps",
             type=PositiveInt | None,

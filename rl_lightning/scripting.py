@@ -23,7 +23,7 @@ def default_callbacks(
     env_id: str,
     *,
     eval_every_n_env_steps: int,
-    num_eval_episodes: int = 32,
+    num_eval_episodes: int | None = None,
     eval_max_episode_steps: int | None = None,
     video_every_n_env_steps: int | None = None,
     solved_return: float | None = None,
@@ -36,7 +36,7 @@ def default_callbacks(
     Args:
         env_id: the env trained on, whose solved return stops the run by default.
         eval_every_n_env_steps: env steps between greedy evaluations.
-        num_eval_episodes: episodes per evaluation.
+        num_eval_episodes: episodes per evaluation (None: 32 for a native torch env, 10 for the others).
         eval_max_episode_steps: evaluation episodes are cut at this many steps (None: the env's time limit).
         video_every_n_env_steps: env steps between grid videos (None: no videos).
         solved_return: the greedy return that stops the run (None: the env's, ``envs.solved_return``).
