@@ -434,6 +434,7 @@ def test_the_seeds_replay_buffer_keeps_the_newest_and_checks_what_is_added():
         buffer.add(values, torch.zeros(2, dtype=torch.int64), torch.ones(2), torch.zeros(2, dtype=torch.bool), values)
     assert len(buffer) == 4 and sorted(buffer.obs[:, 0].tolist()) == [2.0, 3.0, 4.0, 5.0]
     assert set(buffer.sample(64).obs[:, 0].tolist()) <= {2.0, 3.0, 4.0, 5.0}
+    assert buffer.rng is buffer.generator  # the seeds' name of the sampling generator
     good = (
         torch.zeros(2, 1),
         torch.zeros(2, dtype=torch.int64),

@@ -358,6 +358,11 @@ class ReplayBuffer:
             discounts,
         )
 
+    @property
+    def rng(self) -> torch.Generator:
+        """The seeds' name of :attr:`generator`, the buffer's sampling generator."""
+        return self.generator
+
     def state_dict(self) -> dict[str, Any]:
         """Contents (filled slots only), ring position, fill count and generator state."""
         state: dict[str, Any] = {name: plain(self._storage[name][: self.size].clone()) for name in self._storage}
