@@ -138,7 +138,9 @@ def main() -> None:
     torch.set_num_threads(1)
     import ray
 
-    ray.init(include_dashboard=False, configure_logging=False, log_to_driver=False)
+    from rl_lightning.envs.ray_vector import init_ray
+
+    init_ray(include_dashboard=False, configure_logging=False, log_to_driver=False)
     cpus = int(ray.cluster_resources().get("CPU", 0))
     rates = measure(args.env_id, args.num_envs, args.steps, args.repeats)
     slow_steps = max(20, args.steps // 3)

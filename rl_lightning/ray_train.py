@@ -46,6 +46,7 @@ except ImportError as error:  # pragma: no cover - the ray extra is in the dev e
 
 from rl_lightning._checks import check_int
 from rl_lightning.checkpoints import load_checkpoint_file, resolve_ckpt_path
+from rl_lightning.envs.ray_vector import init_ray
 from rl_lightning.scripting import RunLines, default_callbacks, quiet_lightning, report, run_logger, start_line
 
 #: The file of a Ray checkpoint that holds the Lightning checkpoint (``RayTrainReportCallback``'s name).
@@ -389,9 +390,9 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> dict[
         address = address or os.environ.get("RAY_ADDRESS") or None
         if address is not None:
             check_address(address)
-            ray.init(address=address, logging_level=logging.WARNING)
+            init_ray(address=address, logging_level=logging.WARNING)
         else:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+            init_ray(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
     return ray.cluster_resources()
 
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
+import threading
 import warnings
 from typing import Any
 
@@ -68,6 +70,20 @@ def _check_reachable(address: str) -> None:
         ) from None
 
 
+def init_ray(**kwargs: Any) -> Any:
+    """``ray.init(**kwargs)``, keeping this process's SIGTERM handler. Ray installs its own (``sys.exit``) in the
+    main thread, which would end a training run at a SIGTERM (a cluster's pre-emption) without the checkpoint its
+    stop writes, and outlives ``ray.shutdown()``."""
+    ray = _import_ray()
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        return ray.init(**kwargs)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def connect_ray(address: str | None = None) -> Any:
     """The ``ray`` module, connected: to the running Ray of this process if there is one, else to ``address``
     (or ``RAY_ADDRESS``), else to a new local Ray instance started here (Ray's own ``ray.init()``).
@@ -84,7 +100,7 @@ def connect_ray(address: str | None = None) -> Any:
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is not None and address != "auto":
         _check_reachable(address.removeprefix("ray://"))
-    ray.init(address=address, include_dashboard=False, configure_logging=False, log_to_driver=True)
+    init_ray(address=address, include_dashboard=False, configure_logging=False, log_to_driver=True)
     return ray
 
 

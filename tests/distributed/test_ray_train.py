@@ -19,6 +19,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'rl_l
 pytest.importorskip("ray.train.lightning", reason="Ray Train is not installed: pip install 'rl_lightning[ray]'")
 
 from rl_lightning import VPGModule  # noqa: E402
+from rl_lightning.envs.ray_vector import init_ray  # noqa: E402
 from rl_lightning.ray_train import check_address, ray_trainer  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -56,7 +57,7 @@ def ray_cluster(request):
             os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = previous
 
     request.addfinalizer(stop)
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    init_ray(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
     return ray.get_runtime_context().gcs_address
 
 

@@ -18,14 +18,14 @@ import torch
 
 from rl_lightning.algos import DQNModule, PPOModule, SACModule, TD3Module, VPGModule
 from rl_lightning.envs import make_envs
-from rl_lightning.envs.ray_vector import RayVectorEnv, merge_infos
+from rl_lightning.envs.ray_vector import RayVectorEnv, connect_ray, init_ray, merge_infos
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'rl_lightning[ray]')")
 
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    init_ray(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     # The test's own env classes travel to the workers by value (a user's would be importable there).
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield
@@ -281,3 +281,20 @@ def test_a_worker_dying_during_training_ends_the_run_naming_it_and_the_last_chec
     assert 0 < saved["global_step"] < 1000  # written before the crash, whole
     resumed = PPOModule.load_from_checkpoint(tmp_path / "last.ckpt", env_backend="gymnasium", env_kwargs={})
     assert resumed.hparams.num_envs == 2
+
+
+def test_connecting_to_ray_keeps_the_processs_sigterm_handler(monkeypatch):
+    """Ray's ray.init installs a SIGTERM handler (sys.exit) that would end a run without its stop checkpoint."""
+    import signal
+
+    def handler(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        monkeypatch.setattr(ray, "is_initialized", lambda: False)
+        monkeypatch.setattr(ray, "init", lambda **kwargs: signal.signal(signal.SIGTERM, lambda *args: sys.exit(15)))
+        connect_ray()
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
