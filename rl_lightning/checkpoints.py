@@ -13,13 +13,17 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import IO, Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
+
+from rl_lightning.deprecations import same_value
 
 #: The key of the rl_lightning payload in a checkpoint (also ``RLModule``'s).
 CHECKPOINT_KEY = "rl_lightning"
@@ -208,6 +212,26 @@ _LAST_CHECKPOINTS = (
 )
 
 
+def _last_checkpoints(root_dir: str | Path) -> list[Path]:
+    """The last checkpoints under ``<root_dir>/lightning_logs``, newest first."""
+    root = Path(root_dir)
+    found = {path for pattern in _LAST_CHECKPOINTS for path in root.glob(pattern)}
+    return sorted(found, key=lambda path: path.stat().st_mtime, reverse=True)
+
+
+def _is_of(path: Path, algorithm: str | None, env_id: str | None) -> bool:
+    if algorithm is None and env_id is None:
+        return True
+    saved_by, saved_env = _checkpoint_identity(path)
+    return (algorithm is None or saved_by == algorithm) and (env_id is None or saved_env == env_id)
+
+
+def newest_last_checkpoint(root_dir: str | Path, algorithm: str | None = None, env_id: str | None = None) -> str | None:
+    """The file ``ckpt_path="last"`` resumes from (see :func:`resolve_ckpt_path`), without a word: the newest
+    ``last*.ckpt`` under ``<root_dir>/lightning_logs`` saved by ``algorithm`` for ``env_id`` (None: any), or None."""
+    return next((str(path) for path in _last_checkpoints(root_dir) if _is_of(path, algorithm, env_id)), None)
+
+
 def resolve_ckpt_path(
     ckpt_path: str | None, root_dir: str | Path, algorithm: str | None = None, env_id: str | None = None
 ) -> str | None:
@@ -228,32 +252,97 @@ def resolve_ckpt_path(
     if ckpt_path != "last":
         load_checkpoint_file(ckpt_path)
         return str(ckpt_path)
-    root = Path(root_dir)
-    candidates = sorted(
-        {path for pattern in _LAST_CHECKPOINTS for path in root.glob(pattern)}, key=lambda path: path.stat().st_mtime
-    )
+    candidates = _last_checkpoints(root_dir)
     if not candidates:
         rank_zero_warn(f'ckpt_path="last": no last checkpoint under {root_dir}/lightning_logs yet, starting fresh')
         return None
-    if algorithm is None and env_id is None:
-        return str(candidates[-1])
-    found = {str(path): _checkpoint_identity(path) for path in candidates}
-    matching = [
-        path
-        for path, (saved_by, saved_env) in found.items()
-        if (algorithm is None or saved_by == algorithm) and (env_id is None or saved_env == env_id)
-    ]
-    if not matching:
+    newest = newest_last_checkpoint(root_dir, algorithm, env_id)
+    if newest is None:
         wanted = " ".join(part for part in (algorithm, f"on {env_id}" if env_id else None) if part)
         others = ", ".join(
-            f"{path} ({' on '.join(part for part in identity if part) or 'unreadable'})"
-            for path, identity in found.items()
+            f"{path} ({' on '.join(part for part in _checkpoint_identity(path) if part) or 'unreadable'})"
+            for path in reversed(candidates)
         )
         raise ValueError(
             f'ckpt_path="last": no last checkpoint of {wanted} under {root_dir}/lightning_logs, only of other '
             f"runs: {others}; pass a path, or another --default_root_dir"
         )
-    return matching[-1]
+    return newest
+
+
+def resume_flag(path: str | Path | None, root_dir: str | Path, algorithm: str, env_id: str) -> str | None:
+    """How to resume from the checkpoint ``path`` that a run saved: ``"--ckpt_path last"`` where that picks
+    exactly this file (:func:`newest_last_checkpoint` under ``root_dir``), else ``"--ckpt_path <path>"``;
+    None where the file does not exist (nothing to resume from)."""
+    if path is None or not Path(path).is_file():
+        return None
+    newest = newest_last_checkpoint(root_dir, algorithm, env_id)
+    if newest is not None and Path(newest).resolve() == Path(path).resolve():
+        return "--ckpt_path last"
+    return f"--ckpt_path {path}"
+
+
+#: The hyper-parameters a resume with ``--ckpt_path last`` may change: how the update runs, not what it computes.
+MAY_CHANGE_ON_RESUME = frozenset({"compile"})
+
+
+def checkpoint_settings(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's hyper-parameters, without Lightning's and rl_lightning's own keys (``_class_path``)."""
+    hparams = checkpoint.get("hyper_parameters") or {}
+    return {name: value for name, value in hparams.items() if not name.startswith("_")}
+
+
+def plain_value(value: Any) -> Any:
+    """A parsed setting as a checkpoint holds it (a jsonargparse ``Namespace``, e.g. ``--network``'s, as a dict)."""
+    return value.as_dict() if callable(getattr(value, "as_dict", None)) else value
+
+
+def differing_settings(given: dict[str, Any], saved: dict[str, Any], prefix: str = "") -> list[str]:
+    """``["--seed 2 (checkpoint: 1)", ...]``: each setting ``given`` for a resume that differs from the checkpoint's
+    (``saved``), but those that may change (:data:`MAY_CHANGE_ON_RESUME`); ``prefix``: how the flags are spelled."""
+    return [
+        f"{prefix}{name} {plain_value(given[name])!r} (checkpoint: {saved[name]!r})"
+        for name in sorted(given)
+        if name in saved and name not in MAY_CHANGE_ON_RESUME and not same_value(plain_value(given[name]), saved[name])
+    ]
+
+
+def describe_checkpoint(path: str | Path, checkpoint: dict[str, Any]) -> str:
+    """``PPOModule on CartPole-v1 at env step 480, saved 2025-01-31 14:02``: what a checkpoint file holds."""
+    payload = checkpoint.get(CHECKPOINT_KEY) or {}
+    saved = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(path)))
+    return (
+        f"{payload.get('algorithm', 'an unknown module')} on {payload.get('env_id', 'an unknown env')} at env step "
+        f"{int(payload.get('env_steps', 0)):,}, saved {saved}"
+    )
+
+
+class EnvStepCheckpoint(ModelCheckpoint):
+    """A ``ModelCheckpoint`` whose ``filename`` template also knows ``{env_steps}``: the module's env steps
+    when it saves, the x-axis of the charts (``filename="best-{env_steps}"`` -> ``best-env_steps=51200.ckpt``).
+    Lightning's ``{step}`` counts updates (or, once the module logged its ``step``, env steps: which one
+    depends on when the file is written), ``{epoch}`` epochs, and neither goes on from a resume as the charts do.
+    Everything else is Lightning's."""
+
+    _module: Any = None
+
+    @property
+    def state_key(self) -> str:
+        # Lightning's key starts with the class name: ModelCheckpoint's, so the state saved by either (a run from
+        # before this class, or a config's ModelCheckpoint) restores into the other on a resume, without a warning.
+        return "ModelCheckpoint" + super().state_key.removeprefix(type(self).__qualname__)
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self._module = pl_module
+
+    def format_checkpoint_name(
+        self, metrics: dict[str, Any], filename: str | None = None, ver: int | None = None, prefix: str | None = None
+    ) -> str:
+        env_steps = getattr(self._module, "env_steps", None)
+        if env_steps is not None:
+            metrics = {**metrics, "env_steps": torch.tensor(int(env_steps))}
+        return super().format_checkpoint_name(metrics, filename, ver, prefix)
 
 
 # -- what RLModule saves and checks ------------------------------------------------------------------

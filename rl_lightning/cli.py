@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -37,10 +38,25 @@ from rl_lightning._command_line_renames import model_class_at, renamed_arguments
 from rl_lightning.algos import ALGORITHMS
 from rl_lightning.callbacks import CheckpointOnStop, EnvStepBudget
 from rl_lightning.callbacks.guard import check_trainer_settings
-from rl_lightning.checkpoints import CHECKPOINT_KEY, load_checkpoint_file, resolve_ckpt_path
+from rl_lightning.checkpoints import (
+    CHECKPOINT_KEY,
+    checkpoint_settings,
+    describe_checkpoint,
+    differing_settings,
+    load_checkpoint_file,
+    plain_value,
+    resolve_ckpt_path,
+)
 from rl_lightning.deprecations import same_value
 from rl_lightning.loggers import add_logger_argument, logger_spellings
-from rl_lightning.scripting import RunLines, default_callbacks, is_launching_process, run_loggers, use_run_directory
+from rl_lightning.scripting import (
+    RunLines,
+    counted,
+    default_callbacks,
+    is_launching_process,
+    run_loggers,
+    use_run_directory,
+)
 from rl_lightning.trust import UntrustedCheckpointError, algorithm_class_paths, check_file_hyperparameters
 
 # A ``{"class_path": ...}`` value of an untyped option (``env_kwargs``' values) stays a spec for the code
@@ -112,7 +128,10 @@ class RLLightningCLI(LightningCLI):
             return
         config = self.config[subcommand]
         ckpt_path = config.get("ckpt_path")
-        if not ckpt_path or ckpt_path == "last":
+        if ckpt_path == "last":
+            self._parse_last_checkpoint(subcommand, config)
+            return
+        if not ckpt_path:
             return
         parser = self._parser(subcommand)
         try:
@@ -173,6 +192,61 @@ class RLLightningCLI(LightningCLI):
                 file=sys.stderr,
                 flush=True,
             )
+
+    def _parse_last_checkpoint(self, subcommand: str, config: Any) -> None:
+        """``--ckpt_path last``: the newest last checkpoint of ``--model`` on the run's env (:func:`_find_last`);
+        the hyper-parameters not given (on the command line or in ``--config``) come back from it, and one given
+        with another value than the checkpoint's is a usage error (:meth:`_settings_of_last`): that is another
+        run. Without ``--model`` / ``--config`` there is nothing to look for (``before_instantiate_classes`` says
+        so)."""
+        model = config.get("model")
+        chosen = model_class_at(model.class_path) if model is not None else None
+        if chosen is None or not hasattr(chosen, "algorithm_name"):
+            return
+        parser = self._parser(subcommand)
+        root = config.trainer.get("default_root_dir") or os.getcwd()  # the Trainer's default
+        given = self._given_init_args(chosen, model)
+        env_id = _init_args(model).get("env_id")
+        taken = self._settings_of_last(parser, root, chosen, env_id, given, "--model.init_args.", config)
+        if taken is not None:
+            update = {"class_path": model.class_path, "init_args": taken}
+            self.config = self._parse_taken({subcommand: {"model": update}}, chosen.__name__)
+
+    def _settings_of_last(
+        self, parser: Any, root_dir: str, model_class: Any, env_id: Any, given: dict[str, Any], prefix: str, config: Any
+    ) -> dict[str, Any] | None:
+        """Find ``--ckpt_path last``'s checkpoint (``self._last_found``: its path and contents, or ``(None, None)``:
+        a fresh start) and return the hyper-parameters the run takes from it, those not ``given``; None without one.
+        A ``given`` one that differs from the checkpoint's is a usage error (exit status 2) naming each (``prefix``:
+        the flags' spelling), as is one taken that names a class outside the allow-list (``--trust_checkpoint``)."""
+        path, checkpoint = self._last_found = _find_last(parser, root_dir, model_class.algorithm_name(), env_id)
+        if path is None:
+            return None
+        saved = _upgraded(model_class, checkpoint_settings(checkpoint))
+        differing = differing_settings(given, saved, prefix)
+        if differing:
+            parser.error(
+                f"--ckpt_path last is {path} ({describe_checkpoint(path, checkpoint)}), a run with other settings than "
+                f"the ones given: {', '.join(differing)}. To continue that run, leave these settings out (its values "
+                f"come back); to resume it with yours, pass its path (--ckpt_path {path}); for a new run, leave out "
+                "--ckpt_path"
+            )
+        taken = {name: value for name, value in saved.items() if name not in given}
+        if not config.get("trust_checkpoint"):
+            try:
+                check_file_hyperparameters(taken, f"--ckpt_path last ({path})")
+            except UntrustedCheckpointError as error:
+                parser.error(f"{error} (or give that setting yourself)")
+        return taken
+
+    def _parse_taken(self, update: dict[str, Any], name: str) -> Any:
+        """``self.config`` with ``update`` (the settings taken from ``--ckpt_path last``'s checkpoint) parsed in."""
+        try:
+            return self.parser.parse_object(update, self.config)
+        except SystemExit:
+            path = self._last_found[0]
+            sys.stderr.write(f"the hyper-parameters of --ckpt_path last ({path}) do not parse for {name}\n")
+            raise
 
     def _given_init_args(self, model_class: Any, model: Any) -> dict[str, Any]:
         """The module's init args the user set: named on the command line, or (from a ``--config`` file or a
@@ -278,13 +352,21 @@ class RLLightningCLI(LightningCLI):
         ``root_dir`` (this run's own new version_N folder has none for Lightning's lookup to find),
         checked to fit the module built from the flags: the same algorithm, env and network shapes,
         or a usage error naming both (exit status 2)."""
-        path = None
+        path = checkpoint = None
+        found = getattr(self, "_last_found", None)
         try:
-            path = resolve_ckpt_path(ckpt_path, root_dir, self.model.algorithm_name(), self.model.hparams.env_id)
-            if path is not None:
-                self.model.check_checkpoint(load_checkpoint_file(path))
+            if ckpt_path == "last" and found is not None:  # found when parsing (_parse_last_checkpoint)
+                path = found[0]
+            else:
+                path = resolve_ckpt_path(ckpt_path, root_dir, self.model.algorithm_name(), self.model.hparams.env_id)
+            checkpoint = None if path is None else load_checkpoint_file(path)
+            if checkpoint is not None:
+                self.model.check_checkpoint(checkpoint)
         except ValueError as error:
             self._usage_error(f"--ckpt_path {path or ckpt_path}: {error}", error)
+        if ckpt_path == "last" and checkpoint is not None and is_launching_process():
+            verb = "resuming" if self.subcommand in (None, "fit") else "loading"  # None: a script (fit)
+            print(f"--ckpt_path last: {verb} {path} ({describe_checkpoint(path, checkpoint)})", flush=True)
         return path
 
     # -- subcommands ----------------------------------------------------------------------------------
@@ -318,7 +400,7 @@ class RLLightningCLI(LightningCLI):
         line = (
             f"{self.subcommand}: greedy {prefix} return {metrics[f'{prefix}/episodic_return']:.1f} +- "
             f"{metrics[f'{prefix}/episodic_return_std']:.1f}, length {metrics[f'{prefix}/episodic_length']:.1f}, "
-            f"{module.eval_episodes} episodes of {type(module).__name__} on {module.hparams.env_id}"
+            f"{counted(module.eval_episodes, 'episode')} of {type(module).__name__} on {module.hparams.env_id}"
         )
         ckpt_path = self.config_init[self.subcommand].get("ckpt_path")
         line += f" from {ckpt_path}" if ckpt_path else " (untrained: no --ckpt_path)"
@@ -453,12 +535,37 @@ class ScriptCLI(RLLightningCLI):
         options = {option for action in parser._actions for option in action.option_strings}
         list_options = {f"--{key}" for key in self._module_keys if f"--{key}+" in options}
         argv = renamed_arguments(sys.argv[1:] if args is None else list(args), parser.error, self.model_class)
-        argv = logger_spellings(argv)
+        self._argv = argv = logger_spellings(argv)
         self.config = parser.parse_args(_argparse_spellings(argv, list_options))
         if self.config.max_steps is not None and self.config.total_env_steps is not None:
             parser.error("--max_steps and --total_env_steps both set the run's length: pass one of them")
         if self.config.max_steps is None and self.config.total_env_steps is None:
             self.config.max_steps = self._defaults["max_steps"]
+
+    def _parse_ckpt_path(self) -> None:
+        """``--ckpt_path last``: the newest last checkpoint of this module on ``--env_id`` under
+        ``--default_root_dir`` (:func:`_find_last`); the hyper-parameters not given (as flags or in ``--config``)
+        come back from it, and one given with another value than the checkpoint's is a usage error
+        (:meth:`_settings_of_last`): that is another run. (``--ckpt_path FILE``: the flags and their
+        defaults, which the file must fit.)"""
+        config = self.config
+        if config.get("ckpt_path") != "last":
+            return
+        if not hasattr(self.model_class, "algorithm_name"):
+            return
+        defaults = self.parser.get_defaults()
+        named = {token[2:].split("=", 1)[0].split(".", 1)[0].rstrip("+") for token in self._argv if token[:2] == "--"}
+        given = {
+            name: config[name]
+            for name in self._module_keys
+            if name in named or not same_value(plain_value(config[name]), plain_value(defaults.get(name)))
+        }
+        taken = self._settings_of_last(
+            self.parser, config.default_root_dir, self.model_class, config.get("env_id"), given, "--", config
+        )
+        if taken is not None:
+            taken = {name: value for name, value in taken.items() if name in self._module_keys}
+            self.config = self._parse_taken(taken, self.model_class.__name__)
 
     def before_instantiate_classes(self) -> None:
         torch.set_num_threads(self.config.num_threads)
@@ -572,6 +679,17 @@ def _argparse_spellings(argv: Sequence[str], list_options: set[str]) -> list[str
             elif values:
                 result.append(f"[{','.join(values)}]")
     return result
+
+
+def _find_last(parser: Any, root_dir: str, algorithm: str, env_id: str | None) -> tuple[str | None, Any]:
+    """``--ckpt_path last``: the newest last checkpoint of ``algorithm`` on ``env_id`` under ``root_dir``
+    (:func:`~rl_lightning.checkpoints.resolve_ckpt_path`) and its contents; ``(None, None)`` if there is none
+    (a fresh start). One of other runs only, or an unreadable one, is a usage error."""
+    try:
+        path = resolve_ckpt_path("last", root_dir, algorithm, env_id)
+        return (None, None) if path is None else (path, load_checkpoint_file(path))
+    except ValueError as error:
+        parser.error(f"--ckpt_path last: {error}")
 
 
 def _init_args(model: Any) -> dict[str, Any]:

@@ -45,6 +45,7 @@ def default_callbacks(
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
     from rl_lightning.callbacks import CheckpointOnStop, Evaluation, GridVideoLogger
+    from rl_lightning.checkpoints import EnvStepCheckpoint
     from rl_lightning.envs import solved_return as env_solved_return
 
     callbacks: list[L.Callback] = [
@@ -53,7 +54,8 @@ def default_callbacks(
             num_eval_episodes=num_eval_episodes,
             max_episode_steps=eval_max_episode_steps,
         ),
-        ModelCheckpoint(monitor="eval/episodic_return", mode="max", filename="best-{epoch}-{step}"),
+        # Named by env steps, the charts' x-axis (best-env_steps=51200.ckpt), which go on from a resume.
+        EnvStepCheckpoint(monitor="eval/episodic_return", mode="max", filename="best-{env_steps}"),
         # Lightning 2.6 writes save_last's copy only when a monitored checkpoint improves, so the
         # state to resume from is a second, unmonitored checkpoint rewritten every epoch.
         ModelCheckpoint(filename="last"),
@@ -200,6 +202,32 @@ def _solved_threshold(trainer: L.Trainer) -> float | None:
     return thresholds[0] if thresholds else None
 
 
+#: The (trainer, module) of the run in progress once its training started (RunLines), for the line
+#: :func:`run_script` prints at a stop: only a run that started training has a checkpoint of its own to resume.
+_training_run: tuple[L.Trainer, Any] | None = None
+
+
+def _stop_resume_hint() -> str:
+    """What follows "stopped by SIGTERM" in a stop's line: how to resume (``: resume with --ckpt_path last`` only
+    where that flag picks this run's own file) or why nothing of this run can be resumed."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    if _training_run is None:
+        return " before training started: this run wrote no checkpoint"
+    trainer, module = _training_run
+    for callback in trainer.checkpoint_callbacks:
+        if not isinstance(callback, ModelCheckpoint) or callback.monitor is not None:
+            continue
+        # CheckpointOnStop's file (written at the stop), else the last one the callback wrote.
+        name = (callback.filename or "last").replace("{", "").replace("}", "") + callback.FILE_EXTENSION
+        paths = [Path(callback.dirpath) / name] if callback.dirpath else []
+        for path in [*paths, *([callback.best_model_path] if callback.best_model_path else [])]:
+            flag = _resume_flag(trainer, module, str(path))
+            if flag:
+                return f": resume with {flag}"
+    return " before this run wrote a checkpoint: nothing of it to resume from"
+
+
 class RunLines(L.Callback):
     """Print the run's first line when training starts (what trains, for how long, until when, from which
     checkpoint, where the logs go: :func:`start_line`) and its last lines when the fit ends (the outcome,
@@ -219,9 +247,11 @@ class RunLines(L.Callback):
         self._start = time.perf_counter()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        global _training_run
         line = start_line(trainer, pl_module, self.note, self.run_dir)  # every rank: nothing in it may wait for others
         if trainer.is_global_zero:
             print(line, flush=True)
+        _training_run = (trainer, pl_module)  # what a stop's line names (run_script)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         if trainer.is_global_zero:
@@ -242,23 +272,44 @@ def start_line(trainer: L.Trainer, module: Any, note: str | None = None, run_dir
     from rl_lightning.callbacks.schedule import planned_env_steps, planned_updates
 
     parameters = sum(p.numel() for p in module.parameters() if p.requires_grad)
-    envs = f"{module.hparams.num_envs} envs" + (f" x {trainer.world_size} processes" if trainer.world_size > 1 else "")
+    envs = counted(module.hparams.num_envs, "env")
+    if trainer.world_size > 1:
+        envs += f" x {counted(trainer.world_size, 'process', 'processes')}"
     try:
-        budget = f"up to {planned_env_steps(trainer, module, 'the run'):,.0f} env steps"
-        budget += f" ({planned_updates(trainer, module):,.0f} updates)"
+        budget = f"up to {counted(planned_env_steps(trainer, module, 'the run'), 'env step')}"
+        budget += f" ({counted(planned_updates(trainer, module), 'update')})"
     except ValueError:
         budget = "no set length"
     threshold = _solved_threshold(trainer)
     until = note or (
         f"until the greedy eval return reaches {threshold:g}" if threshold is not None else "no early stop"
     )
-    line = f"{type(module).__name__} on {module.hparams.env_id}, {parameters:,} parameters, {envs}: {budget}, {until}"
+    line = (
+        f"{type(module).__name__} on {module.hparams.env_id}, {counted(parameters, 'parameter')}, {envs}: {budget}, "
+        f"{until}"
+    )
     if trainer.ckpt_path:
         line += f"; resumed from {trainer.ckpt_path} at env step {module.env_steps:,}"
     where = run_dir or _log_dir(trainer)
     if where is None and trainer.loggers:  # e.g. MLflow alone, on a tracking server
         where = ", ".join(type(logger).__name__ for logger in trainer.loggers)
     return line + f"; logs in {where or 'no logger'}"
+
+
+def counted(number: float, noun: str, plural: str | None = None) -> str:
+    """``1 env``, ``3,500 updates``: a count with a thousands separator and its noun in the number it needs."""
+    return f"{number:,.0f} {noun if number == 1 else plural or noun + 's'}"
+
+
+def _resume_flag(trainer: L.Trainer, module: Any, last: str) -> str | None:
+    """What resumes the run whose last checkpoint is ``last``: ``--ckpt_path last`` only where that flag picks
+    exactly this file (it exists and is the newest last checkpoint of this algorithm and env under the run's root
+    directory), else its path; None where the file does not exist."""
+    from rl_lightning.checkpoints import resume_flag
+
+    algorithm = module.algorithm_name() if hasattr(module, "algorithm_name") else type(module).__name__
+    env_id = getattr(module.hparams, "env_id", None)
+    return resume_flag(last, trainer.default_root_dir, algorithm, env_id)
 
 
 def report(trainer: L.Trainer, module: Any, seconds: float, run_dir: str | None = None) -> str:
@@ -297,11 +348,12 @@ def report(trainer: L.Trainer, module: Any, seconds: float, run_dir: str | None 
     last = next((c.best_model_path for c in checkpoints if c.monitor is None), "") or "none"
     compiled = getattr(module, "compile_seconds", None)
     compile_text = f" (of which compiling: {sum(compiled.values()):.1f} s)" if compiled else ""
+    resume = None if last == "none" else _resume_flag(trainer, module, last)
     lines = [
-        f"done: {outcome}: {eval_text}; {seconds:.1f} s wall{compile_text}, {module.env_steps:,} env steps, "
-        f"{trainer.global_step} updates",
+        f"done: {outcome}: {eval_text}; {seconds:.1f} s wall{compile_text}, {counted(module.env_steps, 'env step')}, "
+        f"{counted(trainer.global_step, 'update')}",
         f"  best checkpoint:  {best}",
-        f"  last checkpoint:  {last}" + ("  (resume: --ckpt_path last)" if last != "none" else ""),
+        f"  last checkpoint:  {last}" + (f"  (resume: {resume})" if resume else ""),
     ]
     video_dir = video.video_dir if video is not None else None
     if video is not None and (video_dir is not None or log_dir is not None):
@@ -358,6 +410,12 @@ def quiet_lightning() -> Iterator[None]:
             # CSVLogger's, when it finds the run's directory holding TensorBoard's or W&B's files (or config.yaml):
             # the directory is this run's own (claimed when it started), and all it removes is a metrics.csv.
             warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
+            # Before the first evaluation (a run stopped by SIGTERM or Ctrl-C that early): the best checkpoint has
+            # nothing to rank yet, and the stop line says what happened.
+            unranked = r"`ModelCheckpoint\(monitor='eval/episodic_return'\)` could not find the monitored key"
+            warnings.filterwarnings("ignore", message=unranked)
+            # A resumed run writes to a version_N of its own, as every run does: the start line says from where.
+            warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
             yield
     finally:
         for logger in loggers:
@@ -452,12 +510,14 @@ def run_script(main: Any) -> None:
 
     from rl_lightning.checkpoints import CheckpointSaveError
 
+    global _training_run
+    _training_run = None
     requests = _StopRequests()
     previous = {signum: signal.signal(signum, requests.handle) for signum in (signal.SIGINT, signal.SIGTERM)}
 
     def stopped(code: int) -> None:
         _wait_for_ddp_children()
-        print(f"stopped by {_stop_name(requests.first)}: resume with --ckpt_path last", file=sys.stderr)
+        print(f"stopped by {_stop_name(requests.first)}{_stop_resume_hint()}", file=sys.stderr)
         sys.exit(code)
 
     try:

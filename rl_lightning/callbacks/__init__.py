@@ -7,10 +7,12 @@ from rl_lightning.callbacks.interrupt import CheckpointOnStop
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
 from rl_lightning.callbacks.target_sync import TargetNetworkSync, update_target_network
 from rl_lightning.callbacks.video import GridVideoLogger
+from rl_lightning.checkpoints import EnvStepCheckpoint
 
 __all__ = [
     "CheckpointOnStop",
     "EnvStepBudget",
+    "EnvStepCheckpoint",
     "EpsilonDecay",
     "Evaluation",
     "GridVideoLogger",
