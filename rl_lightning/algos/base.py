@@ -662,11 +662,14 @@ class RLModule(L.LightningModule):
         not (``--ckpt_path last`` on nodes without a shared directory: node 1 finds no ``last.ckpt``) would fail
         in their first collectives with an unrelated error, or wait on each other. Checked once the checkpoint is
         read, before any collective of the run: a ``RuntimeError`` on every rank, naming what each holds."""
-        if self.trainer.world_size <= 1:
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if self.trainer.world_size <= 1 or not distributed:
             return
         resumed = int(self.trainer.ckpt_path is not None)
-        here = torch.tensor([resumed, self.env_steps], dtype=torch.int64, device=self.device)
-        every = self.all_gather(here).reshape(-1, 2).tolist()
+        here = torch.tensor([resumed, self.env_steps], dtype=torch.int64, device=self.trainer.strategy.root_device)
+        gathered = [torch.empty_like(here) for _ in range(torch.distributed.get_world_size())]
+        torch.distributed.all_gather(gathered, here)  # c10d's own: no autograd graph around it
+        every = [tensor.tolist() for tensor in gathered]
         if any(rank != every[0] for rank in every):
             found = ", ".join(
                 f"rank {rank}: " + (f"a checkpoint at env step {env:,}" if loaded else "no checkpoint")
