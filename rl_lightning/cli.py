@@ -415,6 +415,26 @@ class RLLightningCLI(LightningCLI):
 SCRIPT_TRAINER_FLAGS = ("accelerator", "devices", "strategy", "num_nodes", "precision", "default_root_dir")
 
 
+def run_length(config: Any) -> dict[str, int]:
+    """The Trainer's length flags for a script's ``--total_env_steps`` / ``--max_steps``."""
+    if config.total_env_steps is not None:
+        return {"max_steps": -1, "max_epochs": -1}  # EnvStepBudget sets max_steps; no epoch limit
+    return {"max_steps": config.max_steps}
+
+
+def run_callback_options(config: Any) -> dict[str, Any]:
+    """:func:`~rl_lightning.scripting.default_callbacks`' options from a script's evaluation, video and stopping
+    flags."""
+    return {
+        "eval_every_n_env_steps": config.eval_every_n_env_steps,
+        "num_eval_episodes": config.num_eval_episodes,
+        "eval_max_episode_steps": config.eval_max_episode_steps,
+        "video_every_n_env_steps": None if config.no_video else config.video_every_n_env_steps,
+        "solved_return": config.solved_return,
+        "stop_when_solved": not config.no_stop_when_solved,
+    }
+
+
 class ScriptCLI(RLLightningCLI):
     """A training script's command line: ``model_class``'s hyper-parameters as flat options (``--lr``,
     ``--hidden_sizes [64,64]``, ``--network CLASS_PATH``), the Trainer flags, and the evaluation / video /
@@ -580,19 +600,8 @@ class ScriptCLI(RLLightningCLI):
         except (TypeError, ValueError) as error:
             self._usage_error(str(error), error)
         self.ckpt_path = self._checkpoint_to_resume(config.ckpt_path, config.default_root_dir)
-        if config.total_env_steps is not None:
-            length = {"max_steps": -1, "max_epochs": -1}  # EnvStepBudget sets max_steps; no epoch limit
-        else:
-            length = {"max_steps": config.max_steps}
-        callbacks = default_callbacks(
-            self.model.hparams.env_id,
-            eval_every_n_env_steps=config.eval_every_n_env_steps,
-            num_eval_episodes=config.num_eval_episodes,
-            eval_max_episode_steps=config.eval_max_episode_steps,
-            video_every_n_env_steps=None if config.no_video else config.video_every_n_env_steps,
-            solved_return=config.solved_return,
-            stop_when_solved=not config.no_stop_when_solved,
-        )
+        length = run_length(config)
+        callbacks = default_callbacks(self.model.hparams.env_id, **run_callback_options(config))
         try:
             self.trainer = self.instantiate_trainer(
                 **{name: config[name] for name in SCRIPT_TRAINER_FLAGS},

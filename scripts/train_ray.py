@@ -24,7 +24,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from rl_lightning import DQNModule, PPOModule, SACModule, TD3Module, VPGModule
 from rl_lightning.callbacks import EnvStepBudget
-from rl_lightning.cli import ScriptCLI
+from rl_lightning.cli import ScriptCLI, run_callback_options, run_length
 from rl_lightning.scripting import run_script
 
 # Each algorithm's defaults in its own script (scripts/train_<algorithm>.py): max_steps, eval_every_n_env_steps,
@@ -108,18 +108,8 @@ class RayScriptCLI(ScriptCLI):
         # ``instantiate`` is jsonargparse >= 4.49's name for ``instantiate_classes``.
         instantiate = getattr(self.parser, "instantiate", None) or self.parser.instantiate_classes
         self.config_init = instantiate(config)  # builds --network from its class_path and init_args
-        if config.total_env_steps is not None:
-            length = {"max_steps": -1, "max_epochs": -1}  # EnvStepBudget sets max_steps; no epoch limit
-        else:
-            length = {"max_steps": config.max_steps}
-        run_callbacks = dict(
-            eval_every_n_env_steps=config.eval_every_n_env_steps,
-            num_eval_episodes=config.num_eval_episodes,
-            eval_max_episode_steps=config.eval_max_episode_steps,
-            video_every_n_env_steps=None if config.no_video else config.video_every_n_env_steps,
-            solved_return=config.solved_return,
-            stop_when_solved=not config.no_stop_when_solved,
-        )
+        length = run_length(config)
+        run_callbacks = run_callback_options(config)
         try:
             self.ray_trainer = ray_trainer(
                 self.model_class,
