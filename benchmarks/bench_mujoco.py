@@ -54,6 +54,40 @@ EVAL_EVERY = 10_000
 EVAL_EPISODES = 10
 EVAL_SEED = 10_000
 
+# Published reference: Tianshou 0.4.1's MuJoCo benchmark curves, 10 seeds each, read from
+# examples/mujoco/benchmark/<env>/<algo>/test_rew_10seeds.csv at thu-ml/tianshou commit 39acf209 (pull request
+# #341; the files were removed again the same day). (algo, env, our env steps) -> (mean, standard error with
+# ddof=1, seeds, the step of Tianshou's row). Its own settings and counting, see REFERENCE_NOTE.
+REFERENCES: dict[tuple[str, str, int], tuple[float, float, int, int]] = {
+    ("sac", "HalfCheetah-v3", 100_000): (6514.6, 171.4, 10, 100_000),
+    ("sac", "HalfCheetah-v3", 300_000): (9059.3, 350.5, 10, 300_000),
+    ("sac", "Hopper-v3", 100_000): (2613.5, 330.3, 10, 100_000),
+    ("sac", "Hopper-v3", 300_000): (3387.7, 38.2, 10, 300_000),
+    ("sac", "Walker2d-v3", 100_000): (1305.2, 265.0, 10, 100_000),
+    ("sac", "Walker2d-v3", 300_000): (3386.8, 394.0, 10, 300_000),
+    ("td3", "HalfCheetah-v3", 100_000): (5335.8, 125.5, 10, 100_000),
+    ("td3", "HalfCheetah-v3", 300_000): (7545.8, 238.9, 10, 300_000),
+    ("td3", "Hopper-v3", 100_000): (596.5, 95.9, 10, 100_000),
+    ("td3", "Hopper-v3", 300_000): (1583.4, 213.1, 10, 300_000),
+    ("td3", "Walker2d-v3", 100_000): (483.2, 58.0, 10, 100_000),
+    ("td3", "Walker2d-v3", 300_000): (1663.5, 148.3, 10, 300_000),
+    ("ppo", "HalfCheetah-v3", 100_000): (1370.7, 155.5, 10, 122_880),
+    ("ppo", "HalfCheetah-v3", 300_000): (3927.3, 332.1, 10, 307_200),
+    ("ppo", "Hopper-v3", 100_000): (399.3, 14.4, 10, 122_880),
+    ("ppo", "Hopper-v3", 300_000): (883.9, 99.2, 10, 307_200),
+    ("ppo", "Walker2d-v3", 100_000): (425.8, 20.2, 10, 122_880),
+    ("ppo", "Walker2d-v3", 300_000): (1985.8, 252.2, 10, 307_200),
+}
+REFERENCE_NOTE = (
+    "Published reference: Tianshou 0.4.1's MuJoCo benchmark, 10 seeds (mean +- standard error), read from its "
+    "curves (`examples/mujoco/benchmark/<env>/<algo>/test_rew_10seeds.csv`, thu-ml/tianshou commit 39acf209, pull "
+    "request #341). No RL-Zoo or CleanRL value at these steps could be read here (RL-Zoo tables 1M steps; CleanRL's "
+    "curves are in W&B). Not the same experiment, so a guide only: gym's v3 envs on mujoco-py 2.0; its env steps "
+    "do not count the random warm-up (its SAC 100,000 is 110,000 env steps, TD3 125,000); SAC with a fixed alpha "
+    "0.2 and lr 1e-3; TD3 as here; PPO on 64 envs with (64, 64) networks and lr decay, evaluated stochastically, "
+    "at its nearest logged step (122,880 for 100,000, 307,200 for 300,000)."
+)
+
 
 def config(algo: str) -> dict[str, Any]:
     return yaml.safe_load((ROOT / "configs" / f"{algo}_mujoco.yaml").read_text())["model"]["init_args"]
@@ -308,6 +342,24 @@ def mean_se(values: list[float]) -> str:
     return f"{statistics.fmean(values):.0f} +- {se:.0f} (n={len(values)})"
 
 
+def difference(ours: list[float], theirs: list[float]) -> str:
+    """Our mean minus SB3's, and that difference in its standard errors (sqrt(se_ours^2 + se_sb3^2)): "within one
+    standard error" is |that| <= 1. Needs two seeds on each side."""
+    if len(ours) < 2 or len(theirs) < 2:
+        return "-"
+    gap = statistics.fmean(ours) - statistics.fmean(theirs)
+    se = math.sqrt(statistics.variance(ours) / len(ours) + statistics.variance(theirs) / len(theirs))
+    return f"{gap:+.0f} ({gap / se:+.1f} SE)" if se > 0 else f"{gap:+.0f}"
+
+
+def reference(algo: str, env: str, steps: int) -> str:
+    found = REFERENCES.get((algo, env.replace("-v5", "-v3"), steps))
+    if found is None:
+        return "-"
+    mean, se, seeds, at = found
+    return f"{mean:.0f} +- {se:.0f} (n={seeds}{'' if at == steps else f', at {at:,}'})"
+
+
 def report(args: argparse.Namespace) -> None:
     runs = [row for row in load_runs() if row["done"]]
     labels = {"ours": "rl_lightning", "sb3": "SB3, same settings"}
@@ -320,10 +372,11 @@ def report(args: argparse.Namespace) -> None:
         "",
         "Greedy return of 10 episodes (mean over the seeds +- its standard error, n = seeds done) at 100,000 env "
         "steps (and 300,000 where runs got there); settings in the module docstring of `bench_mujoco.py` and in "
-        "`configs/{sac,td3,ppo}_mujoco.yaml`. CPU s: training only (evaluation excluded), median over the runs. "
-        "Published references: RL-Zoo's `benchmark.md` tables 1M-step (and longer) results, and CleanRL's Open RL "
-        "Benchmark keeps whole curves in W&B, which this machine cannot reach; no value at 100,000 env steps could be "
-        "read, so none is quoted.",
+        "`configs/{sac,td3,ppo}_mujoco.yaml`. CPU s: training only (evaluation excluded), median over the runs; "
+        "speed: our env steps per CPU s over SB3's (medians). Difference: our mean minus SB3's, in standard errors "
+        "of that difference (needs 2 seeds a side).",
+        "",
+        REFERENCE_NOTE,
         "",
     ]
     machines = sorted({row["machine"] for row in runs})
@@ -331,24 +384,28 @@ def report(args: argparse.Namespace) -> None:
     for steps in (100_000, 300_000):
         rows = []
         for algo, env in itertools.product(ALGOS, ENVS):
-            cells = []
+            cells, returns, rates = [], {}, {}
             for lib in LIBS:
                 these = [r for r in runs if (r["algo"], r["env_id"], r["lib"]) == (algo, env, lib)]
-                values = [v for v in (value_at(r, steps) for r in these) if v is not None]
+                returns[lib] = [v for v in (value_at(r, steps) for r in these) if v is not None]
                 at_steps = [r for r in these if r["steps_done"] >= steps]
                 cpu = statistics.median([r["cpu_s"] for r in at_steps]) if at_steps else None
-                rate = statistics.median([r["steps_done"] / r["cpu_s"] for r in at_steps]) if at_steps else None
+                rates[lib] = statistics.median([r["steps_done"] / r["cpu_s"] for r in at_steps]) if at_steps else None
                 cells += [
-                    mean_se(values),
+                    mean_se(returns[lib]),
                     "-" if cpu is None else f"{cpu:,.0f}",
-                    "-" if rate is None else f"{rate:.0f}",
+                    "-" if rates[lib] is None else f"{rates[lib]:.0f}",
                 ]
-            if any(cell != "-" for cell in cells):
-                rows.append(f"| {algo.upper()} | {env} | {' | '.join(cells)} |")
+            if all(cell == "-" for cell in cells):
+                continue
+            speed = "-" if None in rates.values() else f"{rates['ours'] / rates['sb3']:.2f}x"
+            cells += [difference(returns["ours"], returns["sb3"]), speed, reference(algo, env, steps)]
+            rows.append(f"| {algo.upper()} | {env} | {' | '.join(cells)} |")
         if not rows:
             continue
         header = " | ".join(f"{labels[lib]} return | CPU s | env steps / CPU s" for lib in LIBS)
-        lines += [f"## {steps:,} env steps", "", f"| algorithm | env | {header} |", "|---|---|" + "---:|" * 6]
+        header += " | difference | speed | Tianshou (published)"
+        lines += [f"## {steps:,} env steps", "", f"| algorithm | env | {header} |", "|---|---|" + "---:|" * 9]
         lines += [*rows, ""]
     TABLE.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -381,7 +438,16 @@ def plot(runs: list[dict[str, Any]]) -> None:
             low = [mean - error for mean, error in zip(means, errors, strict=True)]
             high = [mean + error for mean, error in zip(means, errors, strict=True)]
             axis.fill_between(xs, low, high, color=color, alpha=0.2)
+        right = axis.get_xlim()[1] if axis.lines else 100_000
+        published = [
+            (steps, found) for (a, e, steps), found in REFERENCES.items() if (a, e) == (algo, env[:-3] + "-v3")
+        ]
+        published = [(found[3], found[0], found[1]) for steps, found in published if steps <= right]
+        if published:
+            xs, means, errors = zip(*published, strict=True)
+            axis.errorbar(xs, means, yerr=errors, fmt="o", color="black", markersize=3, label="Tianshou (published)")
         axis.set_title(f"{algo.upper()} {env}", fontsize=9)
+        axis.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:.0f}k")
         axis.set_xlabel("env steps", fontsize=8)
         axis.set_ylabel("greedy return", fontsize=8)
         if axis.lines:
