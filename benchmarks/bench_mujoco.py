@@ -352,8 +352,13 @@ def difference(ours: list[float], theirs: list[float]) -> str:
     return f"{gap:+.0f} ({gap / se:+.1f} SE)" if se > 0 else f"{gap:+.0f}"
 
 
+def published(algo: str, env: str, steps: int) -> tuple[float, float, int, int] | None:
+    """Tianshou's (mean, SE, seeds, its step) for our v5 env at ``steps``, if it published one."""
+    return REFERENCES.get((algo, env.replace("-v5", "-v3"), steps))
+
+
 def reference(algo: str, env: str, steps: int) -> str:
-    found = REFERENCES.get((algo, env.replace("-v5", "-v3"), steps))
+    found = published(algo, env, steps)
     if found is None:
         return "-"
     mean, se, seeds, at = found
@@ -439,12 +444,10 @@ def plot(runs: list[dict[str, Any]]) -> None:
             high = [mean + error for mean, error in zip(means, errors, strict=True)]
             axis.fill_between(xs, low, high, color=color, alpha=0.2)
         right = axis.get_xlim()[1] if axis.lines else 100_000
-        published = [
-            (steps, found) for (a, e, steps), found in REFERENCES.items() if (a, e) == (algo, env[:-3] + "-v3")
-        ]
-        published = [(found[3], found[0], found[1]) for steps, found in published if steps <= right]
-        if published:
-            xs, means, errors = zip(*published, strict=True)
+        points = [published(algo, env, steps) for steps in sorted({key[2] for key in REFERENCES})]
+        points = [(found[3], found[0], found[1]) for found in points if found is not None and found[3] <= right * 1.3]
+        if points:
+            xs, means, errors = zip(*points, strict=True)
             axis.errorbar(xs, means, yerr=errors, fmt="o", color="black", markersize=3, label="Tianshou (published)")
         axis.set_title(f"{algo.upper()} {env}", fontsize=9)
         axis.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:.0f}k")
