@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 import time
 import warnings
@@ -185,6 +186,10 @@ def make_study(
     )
 
 
+def _raise_sigterm(signum: int, frame: object) -> None:
+    raise SIGTERMException
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n_trials", type=int, default=20, help="trials to run (default: 20)")
@@ -214,7 +219,11 @@ def main(argv: list[str] | None = None) -> None:
     except (StorageInternalError, SQLAlchemyError, ValueError) as error:
         parser.error(f"--storage {args.storage}: cannot open or write the study there: {_first_line(error)}")
     start = time.perf_counter()
+    # A SIGTERM between trials (or before the first fit) stops the sweep as one inside a fit does: with the
+    # same message and exit status (Lightning calls this handler too, after its own, during a fit).
+    signal.signal(signal.SIGTERM, _raise_sigterm)
     try:
+        print(f"study {args.study_name!r}: {args.n_trials} trials", file=sys.stderr, flush=True)
         study.optimize(lambda trial: objective(trial, settings), n_trials=args.n_trials, timeout=args.timeout)
     except (SIGTERMException, KeyboardInterrupt) as stop:
         # Lightning stops the running trial's fit at a SIGTERM with a SystemExit of code 0: not a success.

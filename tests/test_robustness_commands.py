@@ -415,9 +415,16 @@ def test_the_sweep_refuses_zero_trials_and_exits_143_on_sigterm(tmp_path, capsys
     process = subprocess.Popen(
         [sys.executable, example, "--n_trials", "50"], cwd=tmp_path, stderr=subprocess.PIPE, text=True
     )
-    time.sleep(8)  # inside a trial's fit
+    # Wait for the state the stop needs, not for a time: from the sweep's start line on, a SIGTERM stops it
+    # (inside a trial's fit or between trials) with one message, however slow the machine.
+    lines = []
+    while not (lines and lines[-1].startswith("study 'vpg_cartpole': 50 trials")):
+        lines.append(process.stderr.readline())
+        assert lines[-1], "".join(lines)  # the sweep ended before its start line
+    time.sleep(2)  # most often inside the first trial's fit; any moment from here on must give the same result
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=120)
+    err = "".join(lines) + err
     assert process.returncode == 143, err[-2000:]
     assert "stopped by SIGTERM after" in err and "lost (no --storage)" in err
 
