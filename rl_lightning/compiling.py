@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from rl_lightning._checks import _type_name
+
 #: The ``torch.compile`` arguments ``compile={...}`` may give.
 COMPILE_ARGUMENTS = ("backend", "mode", "fullgraph", "dynamic", "options")
 #: rl_lightning's own ``compile={...}`` settings: ``whole_update`` (bool, default False) compiles the whole update
@@ -57,12 +59,56 @@ def check_compile(value: Any) -> dict[str, Any] | None:
             )
         if "whole_update" in value and not isinstance(value["whole_update"], bool):
             raise TypeError(f"compile's whole_update must be a bool, got {value['whole_update']!r}")
+        _check_argument_types(value)
         _check_mode_and_backend(value)
         return dict(value)
     raise TypeError(
         f"compile must be a bool or a dict of torch.compile arguments ({', '.join(COMPILE_ARGUMENTS)}) and "
         f"{', '.join(UPDATE_ARGUMENTS)}, got {type(value).__name__}"
     )
+
+
+def _check_argument_types(arguments: dict[str, Any]) -> None:
+    """Each ``torch.compile`` argument's type (torch checks most of them only inside the first training step)."""
+    for name in ("fullgraph", "dynamic"):
+        value = arguments.get(name)
+        if name in arguments and not (isinstance(value, bool) or (name == "dynamic" and value is None)):
+            allowed = "True, False or None" if name == "dynamic" else "True or False"
+            raise TypeError(f"compile's {name} must be {allowed}, got {_type_name(value)}")
+    options = arguments.get("options")
+    if options is not None and not (isinstance(options, dict) and all(isinstance(key, str) for key in options)):
+        raise TypeError(
+            "compile's options must be a dict of inductor settings with str keys (such as "
+            f"{{'max_autotune': True}}), got {_type_name(options)}"
+        )
+    if options and arguments.get("backend", "inductor") == "inductor":
+        _check_inductor_options(options)
+    mode = arguments.get("mode")
+    if mode is not None and not isinstance(mode, str):
+        raise TypeError(f"compile's mode must be a str such as 'max-autotune', got {_type_name(mode)}")
+    backend = arguments.get("backend")
+    if backend is not None and not (isinstance(backend, str) or callable(backend)):
+        raise TypeError(f"compile's backend must be a str such as 'inductor' or a callable, got {_type_name(backend)}")
+
+
+def _check_inductor_options(options: dict[str, Any]) -> None:
+    """Inductor's names and types of ``options``, checked as ``torch.compile`` checks them when it is called."""
+    import torch._inductor
+
+    known = set(torch._inductor.list_options())
+    unknown = sorted(key for key in options if key.replace("-", "_") not in known)
+    if unknown:
+        raise ValueError(
+            f"compile's options has unknown inductor settings {unknown}; torch._inductor.list_options() lists them"
+        )
+    try:
+        torch.compile(_compile_nothing, options=options)  # builds no code: compiling waits for the first call
+    except RuntimeError as error:  # "Unexpected type of attr max_autotune, got str should be bool"
+        raise TypeError(f"compile's options: {error}") from None
+
+
+def _compile_nothing() -> None:
+    """A function for :func:`_check_inductor_options` to hand ``torch.compile``."""
 
 
 def _check_mode_and_backend(arguments: dict[str, Any]) -> None:

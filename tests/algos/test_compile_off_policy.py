@@ -129,6 +129,36 @@ def test_compile_argument_is_checked():
         SACModule(compile={"modes": "max-autotune"})
 
 
+@pytest.mark.parametrize(
+    ("compile_arguments", "error", "words"),
+    [
+        ({"dynamic": "yes"}, TypeError, "compile's dynamic must be True, False or None, got str 'yes'"),
+        ({"fullgraph": 1}, TypeError, "compile's fullgraph must be True or False, got int 1"),
+        ({"options": "max-autotune"}, TypeError, "compile's options must be a dict .* got str 'max-autotune'"),
+        ({"options": {1: True}}, TypeError, "compile's options must be a dict of inductor settings with str keys"),
+        ({"options": {"max_autotun": True}}, ValueError, r"unknown inductor settings \['max_autotun'\]"),
+        ({"options": {"max_autotune": "yes"}}, TypeError, "max_autotune, got str should be bool"),
+        ({"mode": 3}, TypeError, "compile's mode must be a str such as 'max-autotune', got int 3"),
+        ({"backend": 3}, TypeError, "compile's backend must be a str such as 'inductor' or a callable, got int 3"),
+    ],
+)
+def test_compile_arguments_types_are_checked_at_construction(compile_arguments, error, words):
+    # Each of these used to pass the constructor and crash inside the first update.
+    with pytest.raises(error, match=words):
+        DQNModule(compile=compile_arguments)
+
+
+def test_compile_arguments_of_the_right_types_pass():
+    def backend(graph, inputs):
+        return graph
+
+    arguments = {"dynamic": None, "fullgraph": True, "options": {"max_autotune": False}}
+    assert check_compile(arguments) == arguments
+    assert check_compile({"dynamic": True, "backend": backend})["backend"] is backend
+    # A backend other than inductor takes options of its own: not inductor's names.
+    assert check_compile({"backend": "eager", "options": {"anything": 1}})["options"] == {"anything": 1}
+
+
 def test_compiled_functions_are_not_pickled_or_copied():
     compiled = CompiledFunctions({"backend": "eager"})
 
