@@ -12,10 +12,11 @@ import gymnasium as gym
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from rl_lightning._checks import check_int, check_seed
+from rl_lightning._checks import check_float, check_int, check_seed
 from rl_lightning.deprecations import renamed_keywords
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
@@ -229,6 +230,10 @@ class Evaluation(L.Callback):
     DEFAULT_EPISODES: ClassVar[dict[str, int]] = {"native": 32, "other": 10}
     #: Seconds an evaluation runs before it says how far it got (then every as many seconds).
     PROGRESS_EVERY_S = 5.0
+    #: The fewest fresh episodes a confirmation plays by default (:meth:`confirm`).
+    MIN_CONFIRM_EPISODES = 20
+    #: Confirmation k plays with seed ``seed + (k + 1) * CONFIRM_SEED_STRIDE``: start states no evaluation had.
+    CONFIRM_SEED_STRIDE = 1_000_000_007
 
     def __init__(
         self,
@@ -250,12 +255,15 @@ class Evaluation(L.Callback):
         self._mean_return = MeanMetric()
         self._mean_square_return = MeanMetric()
         self._mean_length = MeanMetric()
+        self._confirmed_return = MeanMetric()
         self._next_eval_at = 0
         self._evaluated_at: int | None = None
         #: The latest evaluation, reduced over processes: {"eval/episodic_return": ..., ...}.
         self.last_metrics: dict[str, float] = {}
         #: Every evaluation as (env_steps, mean return).
         self.history: list[tuple[int, float]] = []
+        #: Every confirmation on fresh episodes (:meth:`confirm`) as (env_steps, mean return).
+        self.confirmations: list[tuple[int, float]] = []
 
     def episodes(self, pl_module: L.LightningModule) -> int:
         """Episodes per evaluation: ``num_eval_episodes``, or where None sized to the module's env."""
@@ -281,52 +289,87 @@ class Evaluation(L.Callback):
 
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
         """Run one evaluation now and return the reduced metrics (empty where a stop request ended it)."""
-        was_training = pl_module.training
-        pl_module.eval()
         num_episodes = self.episodes(pl_module)
         seed = self.seed + trainer.global_rank * num_episodes  # no two envs share a seed
+        result = self._play(trainer, pl_module, self._eval_envs(pl_module, num_episodes, seed), seed, "evaluating")
+        if result is None:
+            return {}
+        mean = self._reduced_mean(self._mean_return, result.returns, pl_module)  # all-reduced under DDP
+        variance = max(self._reduced_mean(self._mean_square_return, result.returns.square(), pl_module) - mean**2, 0.0)
+        self.last_metrics = {
+            "eval/episodic_return": mean,
+            "eval/episodic_return_std": variance**0.5,
+            "eval/episodic_length": self._reduced_mean(self._mean_length, result.lengths, pl_module),
+        }
+        self._evaluated_at = pl_module.env_steps
+        self.history.append((self._evaluated_at, mean))
+        return self.last_metrics
+
+    def confirm(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, num_episodes: int | None = None
+    ) -> float | None:
+        """Play the greedy policy on fresh episodes, start states no evaluation of the run has used (each
+        confirmation its own seeds), and return their mean return, all-reduced over processes (None where a
+        stop request ended it). A policy can fit the fixed start states every evaluation re-seeds to; a solved
+        return must hold on episodes it never saw. Recorded in ``confirmations``.
+
+        Args:
+            num_episodes: fresh episodes per process; None: twice the evaluation's, at least 20.
+        """
+        if num_episodes is None:
+            num_episodes = max(2 * self.episodes(pl_module), self.MIN_CONFIRM_EPISODES)
+        check_int("num_episodes", num_episodes, 1)
+        # Far from the evaluation's seeds (and from every other confirmation's), per process as there.
+        seed = self.seed + self.CONFIRM_SEED_STRIDE * (len(self.confirmations) + 1) + trainer.global_rank * num_episodes
+        envs = pl_module.make_envs(num_episodes, seed)
+        try:
+            result = self._play(trainer, pl_module, envs, seed, "confirming on fresh episodes")
+        finally:
+            envs.close()
+        if result is None:
+            return None
+        mean = self._reduced_mean(self._confirmed_return, result.returns, pl_module)
+        self.confirmations.append((pl_module.env_steps, mean))
+        return mean
+
+    @property
+    def evaluated_at(self) -> int | None:
+        """The env step of this fit's latest evaluation (None before its first)."""
+        return self._evaluated_at
+
+    @staticmethod
+    def _reduced_mean(metric: MeanMetric, values: Tensor, pl_module: L.LightningModule) -> float:
+        """The mean of ``values`` over every process (torchmetrics' ``compute`` all-reduces under DDP)."""
+        metric.to(pl_module.device)
+        metric.reset()
+        metric.update(values)
+        return metric.compute().item()
+
+    def _play(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, envs: VectorEnv, seed: int, doing: str
+    ) -> EvalResult | None:
+        """One episode per copy of ``envs`` (re-seeded with ``seed``) with the greedy policy, saying how far it
+        got when it takes a while; None where a stop request ended it."""
+        was_training = pl_module.training
+        pl_module.eval()
+        num_episodes = envs.num_envs
         started = said = time.monotonic()
 
         def every_64_steps(played: int) -> bool:
             nonlocal said
             if trainer.is_global_zero and time.monotonic() - said >= self.PROGRESS_EVERY_S:
                 said = time.monotonic()
-                print(
-                    f"evaluating: {played}/{num_episodes} episodes, {said - started:.0f} s",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                print(f"{doing}: {played}/{num_episodes} episodes, {said - started:.0f} s", file=sys.stderr, flush=True)
             return trainer.world_size == 1 and trainer.received_sigterm  # under DDP: finish, stop together
 
         try:
-            result = evaluate_policy(
-                pl_module,
-                self._eval_envs(pl_module, num_episodes, seed),
-                seed=seed,
-                max_episode_steps=self.max_episode_steps,
-                every_64_steps=every_64_steps,
+            return evaluate_policy(
+                pl_module, envs, seed=seed, max_episode_steps=self.max_episode_steps, every_64_steps=every_64_steps
             )
         except PlayStopped:
+            return None
+        finally:
             pl_module.train(was_training)
-            return {}
-        pl_module.train(was_training)
-        for metric in (self._mean_return, self._mean_square_return, self._mean_length):
-            metric.to(pl_module.device)
-            metric.reset()
-        self._mean_return.update(result.returns)
-        self._mean_square_return.update(result.returns.square())
-        self._mean_length.update(result.lengths)
-        # compute() all-reduces across processes under DDP.
-        mean = self._mean_return.compute().item()
-        variance = max(self._mean_square_return.compute().item() - mean**2, 0.0)
-        self.last_metrics = {
-            "eval/episodic_return": mean,
-            "eval/episodic_return_std": variance**0.5,
-            "eval/episodic_length": self._mean_length.compute().item(),
-        }
-        self._evaluated_at = pl_module.env_steps
-        self.history.append((self._evaluated_at, mean))
-        return self.last_metrics
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         require(pl_module, RLModuleProtocol, "Evaluation")
@@ -359,9 +402,111 @@ class Evaluation(L.Callback):
         self._close_envs()
 
     def state_dict(self) -> dict:
-        return {"next_eval_at": self._next_eval_at, "history": self.history, "last_metrics": self.last_metrics}
+        return {
+            "next_eval_at": self._next_eval_at,
+            "history": self.history,
+            "last_metrics": self.last_metrics,
+            "confirmations": self.confirmations,
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         self._next_eval_at = state_dict["next_eval_at"]
         self.history = list(state_dict["history"])
         self.last_metrics = dict(state_dict["last_metrics"])
+        self.confirmations = list(state_dict.get("confirmations", []))  # none in a checkpoint from before them
+
+
+class StopWhenSolved(EarlyStopping):
+    """Stop training once the greedy policy solves the env: an evaluation's mean return
+    (``eval/episodic_return``, on :class:`Evaluation`'s fixed start states) reaches ``stopping_threshold``
+    (equal counts: Lightning's ``EarlyStopping`` needs more), and so does the mean return on fresh episodes
+    (:meth:`Evaluation.confirm`, logged as ``eval/confirmed_return``). A policy that reaches it only on the
+    fixed start states trains on; so does one whose last evaluation reached it at the budget's end, unless
+    confirmed there too. ``solved_at`` is the env step it was declared solved at (None: not solved).
+
+    List it after the run's :class:`Evaluation`; it is an ``EarlyStopping`` (``stopping_reason``,
+    ``stopping_threshold``, checkpointed state) that stops on the solved return alone.
+
+    Args:
+        stopping_threshold: the mean return that solves the env (CartPole-v1: 475).
+        num_confirm_episodes: fresh episodes per process of each confirmation; None: twice the evaluation's,
+            at least 20 (:meth:`Evaluation.confirm`).
+    """
+
+    def __init__(self, stopping_threshold: float, num_confirm_episodes: int | None = None):
+        super().__init__(
+            monitor="eval/episodic_return",
+            mode="max",
+            stopping_threshold=check_float("stopping_threshold", stopping_threshold),
+            patience=2**62,  # never for lack of improvement
+            check_on_train_epoch_end=True,
+        )
+        self.num_confirm_episodes = (
+            None if num_confirm_episodes is None else check_int("num_confirm_episodes", num_confirm_episodes, 1)
+        )
+        self.solved_at: int | None = None
+        self._checked_at: int | None = None  # the env step of the evaluation last checked (one check each)
+
+    def _evaluation(self, trainer: L.Trainer) -> Evaluation:
+        """The run's Evaluation, listed before this callback (its final evaluation runs first at the end)."""
+        position = trainer.callbacks.index(self)
+        for index, callback in enumerate(trainer.callbacks):
+            if isinstance(callback, Evaluation):
+                if index > position:
+                    raise ValueError("StopWhenSolved must come after the run's Evaluation in Trainer(callbacks=[...])")
+                return callback
+        raise ValueError("StopWhenSolved needs an Evaluation callback in Trainer(callbacks=[...]) (what it checks)")
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._evaluation(trainer)  # refused at the start, not at the first evaluation
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._check(trainer, pl_module) is not None:
+            trainer.should_stop = True
+            self.stopped_epoch = trainer.current_epoch
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Nothing: the check follows the evaluations, at epoch ends (EarlyStopping's would run here)."""
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.solved_at is None and not (trainer.world_size == 1 and trainer.received_sigterm):
+            self._check(trainer, pl_module, at_end=True)  # Evaluation's final evaluation, when it reached the bar
+
+    def _check(self, trainer: L.Trainer, pl_module: L.LightningModule, at_end: bool = False) -> float | None:
+        """Check a new evaluation: where it reached the threshold, confirm it on fresh episodes; the confirmed
+        return where that reached it too (the run is solved), else None. Every process decides alike (the
+        returns are reduced over them), so under DDP they confirm and stop together."""
+        evaluation = self._evaluation(trainer)
+        evaluated_at = evaluation.evaluated_at
+        if evaluated_at is None or evaluated_at != pl_module.env_steps or evaluated_at == self._checked_at:
+            return None  # no evaluation since the last check
+        self._checked_at = evaluated_at
+        threshold = float(self.stopping_threshold)
+        mean = evaluation.last_metrics["eval/episodic_return"]
+        if not mean >= threshold:
+            return None
+        confirmed = evaluation.confirm(trainer, pl_module, self.num_confirm_episodes)
+        if confirmed is None:
+            return None  # a stop request ended it
+        if at_end:
+            for logger in trainer.loggers:  # at the env step it ran at, like the final evaluation
+                logger.log_metrics({"eval/confirmed_return": confirmed}, step=pl_module.env_steps)
+        else:
+            pl_module.log("eval/confirmed_return", confirmed, on_step=False, on_epoch=True, batch_size=1)
+        if not confirmed >= threshold:
+            return None
+        self.solved_at = pl_module.env_steps
+        self.stopping_reason = EarlyStoppingReason.STOPPING_THRESHOLD
+        self.stopping_reason_message = (
+            f"solved: eval/episodic_return {mean:g} and eval/confirmed_return {confirmed:g} (fresh episodes) "
+            f">= {threshold:g} at env step {self.solved_at:,}"
+        )
+        return confirmed
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "solved_at": self.solved_at, "checked_at": self._checked_at}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self.solved_at = state_dict.get("solved_at")
+        self._checked_at = state_dict.get("checked_at")
