@@ -24,6 +24,7 @@ def logger_names(value: str | Sequence[str] | None) -> list[str]:
     Raises:
         ValueError: for a name not among :data:`LOGGER_NAMES`, or none at all.
         ModuleNotFoundError: for a logger whose package is not installed, naming its extra.
+        ValueError: for ``wandb`` online with no API key set up and no terminal to ask for one.
     """
     if value is None:
         return ["tensorboard"]
@@ -43,7 +44,39 @@ def logger_names(value: str | Sequence[str] | None) -> list[str]:
                 f"--logger {name} needs the {package} package, which is not installed: "
                 f"pip install 'rl_lightning[{name}]' (or pip install {package})"
             )
+    if "wandb" in names:
+        _check_wandb_can_log()
     return [name for name in LOGGER_NAMES if name in names]
+
+
+def _check_wandb_can_log() -> None:
+    """Raise ``ValueError`` (one line: how to log in or run offline) where W&B would stop the run at its first
+    metric with a traceback: online mode, no API key set up on this machine, and no terminal to ask for one."""
+    import os
+    import sys
+
+    if os.environ.get("WANDB_API_KEY") or not sys.stdin or sys.stdin.isatty():
+        return  # a key, or W&B asks for one at the terminal
+    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun", "disabled"):
+        return
+    try:
+        from wandb.sdk import wandb_setup
+        from wandb.sdk.lib.wbauth import authenticate  # W&B's own lookup of a key (env, netrc, settings)
+
+        settings = wandb_setup.singleton().settings  # what wandb.init reads: WANDB_MODE, `wandb offline`
+        if settings.mode != "online":  # offline, disabled (WANDB_MODE, `wandb offline`)
+            return
+        auth = authenticate.authenticate_session(
+            host=settings.base_url, source="rl_lightning", prompt=False, update_session=False
+        )
+    except Exception:  # another W&B version: wandb.init says what is missing itself
+        return
+    if auth is None:
+        raise ValueError(
+            "--logger wandb: no W&B API key is set up on this machine (and no terminal to ask for one): run "
+            "`wandb login` (or set WANDB_API_KEY), or log offline with WANDB_MODE=offline and upload later with "
+            "`wandb sync`"
+        )
 
 
 def _installed(package: str) -> bool:

@@ -239,7 +239,8 @@ def test_logger_spellings(argv, expected):
     assert logger_spellings(argv) == expected
 
 
-def test_logger_names_are_lightnings_in_a_fixed_order_and_a_typo_names_the_choices():
+def test_logger_names_are_lightnings_in_a_fixed_order_and_a_typo_names_the_choices(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
     assert logger_names(None) == ["tensorboard"]
     assert logger_names(["mlflow", "Tensorboard,wandb", "csv"]) == ["tensorboard", "csv", "wandb", "mlflow"]
     with pytest.raises(ValueError, match="'wanb'; choose from tensorboard, wandb, mlflow, csv"):
@@ -348,3 +349,26 @@ def test_a_script_run_with_wandb_mlflow_and_csv_logs_to_each_and_says_where(tmp_
     with (tmp_path / run_dir / "metrics.csv").open() as file:
         rows = [row for row in csv.DictReader(file) if row.get("eval/episodic_return")]
     assert int(rows[-1]["step"]) == 32_000 and round(float(rows[-1]["eval/episodic_return"]), 1) == eval_return
+
+
+def test_wandb_without_an_account_or_offline_mode_is_one_line_saying_how_to_log_in(tmp_path):
+    """No API key, no terminal to ask for one, W&B online: one line and exit 2 before any directory (W&B's
+    UsageError traceback at the first metric before); WANDB_MODE=offline passes that check."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_") and key not in ("NETRC",)}
+    env.update(HOME=str(tmp_path / "home"), XDG_CONFIG_HOME=str(tmp_path / "home" / ".config"))
+    script = str(ROOT / "scripts" / "train_vpg.py")
+    command = [sys.executable, script, "--logger", "wandb", "--max_steps", "1", "--no_video"]
+    result = subprocess.run(command, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert "--logger wandb: no W&B API key is set up on this machine" in result.stderr
+    assert "`wandb login`" in result.stderr and "WANDB_MODE=offline" in result.stderr
+    assert not (tmp_path / "lightning_logs").exists()
+    offline = subprocess.run(
+        [sys.executable, "-c", "from rl_lightning.loggers import logger_names; print(logger_names('wandb'))"],
+        env={**env, "WANDB_MODE": "offline"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
+    assert offline.stdout.strip() == "['wandb']", offline.stderr[-2000:]
