@@ -116,3 +116,13 @@ def check_device(name: str, value: Any) -> Any:
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"{name}={value!r}, but MPS is not available here: use {name}='cpu'")
     return device
+
+
+def check_unused(name: str, value: Any, default: Any, because: str, instead: str) -> None:
+    """``value`` must be left at ``default`` where another setting (``because``: "prioritized is False") means it
+    would have no effect; ``instead`` says what to do ("set prioritized=True")."""
+    if value != default:
+        raise ValueError(
+            f"{name} is set ({value!r}) but {because}: it would have no effect; {instead}, "
+            f"or leave {name} at its default ({default!r})"
+        )

@@ -93,8 +93,9 @@ class DQNModule(OffPolicyModule):
             its value, Lightning's per-step cost paid once per that many updates.
         prioritized: prioritized experience replay (``OffPolicyModule``): transitions sampled by
             ``(|TD error| + 1e-6)^prioritized_alpha``, each sample's TD loss weighted by its importance weight.
-        prioritized_alpha: how much the priorities count (0: uniform).
-        prioritized_beta: the importance weights' exponent at the start, annealed linearly to 1 over the run.
+        prioritized_alpha: how much the priorities count, in [0, 1] (0: uniform); only with ``prioritized=True``.
+        prioritized_beta: the importance weights' exponent at the start, in [0, 1], annealed linearly to 1 over the
+            run; only with ``prioritized=True``.
     """
 
     action_kinds = ("discrete",)

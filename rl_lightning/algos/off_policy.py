@@ -32,7 +32,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from rl_lightning._checks import check_bool, check_float, check_int
+from rl_lightning._checks import check_bool, check_float, check_int, check_unused
 from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.schedule import linear_schedule, planned_updates
 from rl_lightning.checkpoints import gather_over_ranks
@@ -119,7 +119,8 @@ class OffPolicyModule(RLModule):
             so far), weight each sample's TD loss by its importance weight, and set the sampled transitions'
             priorities from their TD errors after each update. For algorithms whose loss takes the weights
             (``supports_prioritized``: DQN, SAC, TD3).
-        prioritized_alpha: how much the priorities count, >= 0 (0: uniform sampling).
+        prioritized_alpha: how much the priorities count, in [0, 1] (0: uniform sampling); like
+            ``prioritized_beta``, refused unless ``prioritized=True`` (or left at its default).
         prioritized_beta: the importance weights' exponent at the start, in [0, 1], annealed linearly to 1 over
             the run's env steps (1: the weights undo the sampling's bias fully).
     """
@@ -172,8 +173,12 @@ class OffPolicyModule(RLModule):
         check_bool("checkpoint_buffer", checkpoint_buffer)
         check_warmup_settings(learning_starts, num_envs, n_step, train_freq)
         check_bool("prioritized", prioritized)
-        check_float("prioritized_alpha", prioritized_alpha, 0.0)
+        # [0, 1] as in the paper: alpha 100 samples the one largest priority over and over, with weights ~1e-37.
+        check_float("prioritized_alpha", prioritized_alpha, 0.0, 1.0)
         check_float("prioritized_beta", prioritized_beta, 0.0, 1.0)
+        if not prioritized:
+            for name, value in (("prioritized_alpha", prioritized_alpha), ("prioritized_beta", prioritized_beta)):
+                check_unused(name, value, self._default(name), "prioritized is False", "set prioritized=True")
         if prioritized and not self.supports_prioritized:
             raise ValueError(
                 f"prioritized=True: {type(self).__name__}'s loss does not take importance weights nor report TD errors "
@@ -186,6 +191,14 @@ class OffPolicyModule(RLModule):
         self._update_generator: torch.Generator | None = None
         self._update_generator_state: Tensor | None = None  # from a checkpoint, until the generator exists
         self._run_env_steps: float | None = None  # the run's planned env steps (prioritized_beta's schedule)
+
+    @classmethod
+    def _default(cls, name: str) -> Any:
+        """The default of the layer's setting ``name`` in the algorithm's signature (the layer's where it has none)."""
+        parameter = inspect.signature(cls.__init__).parameters.get(name)
+        if parameter is not None and parameter.default is not inspect.Parameter.empty:
+            return parameter.default
+        return ReplaySettings.__dataclass_fields__[name].default
 
     @classmethod
     def layer_arguments(cls, values: dict[str, Any]) -> dict[str, Any]:

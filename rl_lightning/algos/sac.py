@@ -25,7 +25,7 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
-from rl_lightning._checks import check_float, check_int, check_sizes
+from rl_lightning._checks import check_float, check_int, check_sizes, check_unused
 from rl_lightning.algos.off_policy import OffPolicyModule
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
 from rl_lightning.data.replay import ReplayBufferSamples
@@ -65,8 +65,9 @@ class SACModule(OffPolicyModule):
         lr: Adam learning rate of actor, critics and temperature.
         tau: Polyak weight of the target critics' update after every training step.
         alpha: a fixed entropy temperature; None: learned (``alpha_init``, ``target_entropy``).
-        alpha_init: the learned temperature's initial value.
-        target_entropy: the entropy the learned temperature aims the policy at; None: ``-dim(A)``.
+        alpha_init: the learned temperature's initial value (left at 1.0 with a fixed ``alpha``).
+        target_entropy: the entropy the learned temperature aims the policy at; None: ``-dim(A)`` (left None with a
+            fixed ``alpha``).
         num_critics: Q networks in the ensemble (the target takes their minimum).
         hidden_sizes: hidden widths of the actor and of each critic.
         max_grad_norm: clip each update's global gradient norm to this; None: no clipping.
@@ -84,8 +85,9 @@ class SACModule(OffPolicyModule):
         prioritized: prioritized experience replay (``OffPolicyModule``): transitions sampled by
             ``(|TD error| + 1e-6)^prioritized_alpha`` (a sample's TD error: the largest of its critics'), the
             critics' TD losses weighted by the importance weights (the actor's loss is not).
-        prioritized_alpha: how much the priorities count (0: uniform).
-        prioritized_beta: the importance weights' exponent at the start, annealed linearly to 1 over the run.
+        prioritized_alpha: how much the priorities count, in [0, 1] (0: uniform); only with ``prioritized=True``.
+        prioritized_beta: the importance weights' exponent at the start, in [0, 1], annealed linearly to 1 over the
+            run; only with ``prioritized=True``.
     """
 
     action_kinds = ("box",)
@@ -129,6 +131,10 @@ class SACModule(OffPolicyModule):
         check_float("alpha_init", alpha_init, 0.0, low_open=True)
         if target_entropy is not None:
             check_float("target_entropy", target_entropy)
+        if alpha is not None:  # a fixed temperature: nothing learns it
+            because = f"alpha={alpha} fixes the temperature"
+            check_unused("alpha_init", alpha_init, 1.0, because, "use alpha=None to learn it")
+            check_unused("target_entropy", target_entropy, None, because, "use alpha=None to learn it")
         check_int("num_critics", num_critics, 1)
         hidden_sizes = check_sizes("hidden_sizes", hidden_sizes)
         if max_grad_norm is not None:

@@ -82,8 +82,9 @@ class TD3Module(OffPolicyModule):
         prioritized: prioritized experience replay (``OffPolicyModule``): transitions sampled by
             ``(|TD error| + 1e-6)^prioritized_alpha`` (a sample's TD error: the largest of its critics'), the
             critics' TD losses weighted by the importance weights (the actor's loss is not).
-        prioritized_alpha: how much the priorities count (0: uniform).
-        prioritized_beta: the importance weights' exponent at the start, annealed linearly to 1 over the run.
+        prioritized_alpha: how much the priorities count, in [0, 1] (0: uniform); only with ``prioritized=True``.
+        prioritized_beta: the importance weights' exponent at the start, in [0, 1], annealed linearly to 1 over the
+            run; only with ``prioritized=True``.
     """
 
     action_kinds = ("box",)

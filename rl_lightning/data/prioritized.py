@@ -152,7 +152,7 @@ class _Prioritized:
     _oldest: int
 
     def _init_priorities(self, alpha: float, beta: float, priority_eps: float) -> None:
-        self.alpha = check_float("alpha", alpha, 0.0)
+        self.alpha = check_float("alpha", alpha, 0.0, 1.0)  # the paper's range: beyond 1 a few transitions take all
         self.beta = check_float("beta", beta, 0.0, 1.0)
         self.priority_eps = check_float("priority_eps", priority_eps, 0.0, low_open=True)
         self.tree = SumTree(self.buffer_size, self.device)
@@ -263,7 +263,7 @@ class PrioritizedReplayBuffer(_Prioritized, ReplayBuffer):
 
     Args:
         buffer_size, obs_shape, num_envs, seed, device, action_shape, obs_dtype, n_step, gamma: ``ReplayBuffer``'s.
-        alpha: how much the priorities count (0: uniform), >= 0.
+        alpha: how much the priorities count, in [0, 1] (0: uniform).
         beta: the importance weights' exponent in [0, 1] (1: full correction); ``sample`` takes another.
         priority_eps: added to every |TD error| (> 0).
     """

@@ -112,6 +112,18 @@ def test_a_fixed_alpha_is_not_trained_and_the_target_entropy_defaults_to_minus_t
     assert learned.target_entropy == -2.0 and learned.alpha.item() == 1.0
 
 
+@pytest.mark.parametrize(("name", "value"), [("alpha_init", 0.5), ("target_entropy", -3.0)])
+def test_the_learned_temperatures_settings_are_refused_with_a_fixed_alpha(name, value):
+    with pytest.raises(
+        ValueError,
+        match=rf"{name} is set \({value}\) but alpha=0.1 fixes the temperature: it would have no effect; "
+        rf"use alpha=None to learn it, or leave {name} at its default",
+    ):
+        SACModule(alpha=0.1, **{name: value})
+    assert SACModule(alpha=None, **{name: value}).hparams[name] == value
+    SACModule(alpha=0.1, alpha_init=1.0, target_entropy=None)  # the defaults written out (configs/*.yaml)
+
+
 def test_max_grad_norm_clips_every_update_of_all_three_groups():
     norms = []
 

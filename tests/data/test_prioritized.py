@@ -432,6 +432,51 @@ def test_bad_module_arguments_are_value_errors_naming_them():
     NoWeights(prioritized=False)
 
 
+@pytest.mark.parametrize("cls", [DQNModule, SACModule, TD3Module])
+def test_prioritized_alpha_is_in_the_papers_range(cls):
+    # alpha=100 used to pass: after 100 updates a batch of 64 held 2 distinct transitions, with weights ~1e-37.
+    for alpha in (100, 1.01):
+        with pytest.raises(
+            ValueError, match=rf"prioritized_alpha must be a finite number in \[0.0, 1.0\], got {alpha}"
+        ):
+            cls(prioritized=True, prioritized_alpha=alpha)
+    assert cls(prioritized=True, prioritized_alpha=1.0).replay.prioritized_alpha == 1.0
+    assert cls(prioritized=True, prioritized_alpha=0).replay.prioritized_alpha == 0
+
+
+def test_a_buffers_alpha_is_in_the_papers_range():
+    with pytest.raises(ValueError, match=r"alpha must be a finite number in \[0.0, 1.0\], got 1.5"):
+        PrioritizedReplayBuffer(10, (1,), 1, alpha=1.5)
+    with pytest.raises(ValueError, match=r"alpha must be a finite number in \[0.0, 1.0\], got 2.0"):
+        PrioritizedFrameStackReplayBuffer(10, (4, 2, 2), 1, alpha=2.0)
+
+
+@pytest.mark.parametrize("cls", [DQNModule, SACModule, TD3Module])
+@pytest.mark.parametrize(
+    ("name", "value", "default"), [("prioritized_alpha", 0.8, 0.6), ("prioritized_beta", 1.0, 0.4)]
+)
+def test_prioritized_settings_without_prioritized_are_refused(cls, name, value, default):
+    with pytest.raises(
+        ValueError,
+        match=rf"{name} is set \({value}\) but prioritized is False: it would have no effect; set prioritized=True, "
+        rf"or leave {name} at its default \({default}\)",
+    ):
+        cls(**{name: value})
+    assert getattr(cls(prioritized=True, **{name: value}).replay, name) == value
+    # The defaults written out (as configs/*.yaml write them) are not "set".
+    cls(prioritized=False, prioritized_alpha=0.6, prioritized_beta=0.4)
+
+
+def test_an_algorithms_own_default_is_not_set():
+    class Sharper(DQNModule):
+        def __init__(self, prioritized: bool = False, prioritized_alpha: float = 0.7, **kwargs):
+            super().__init__(prioritized=prioritized, prioritized_alpha=prioritized_alpha, **kwargs)
+
+    assert Sharper().replay.prioritized_alpha == 0.7
+    with pytest.raises(ValueError, match=r"prioritized_alpha is set \(0.6\) .* its default \(0.7\)"):
+        Sharper(prioritized_alpha=0.6)
+
+
 @pytest.mark.parametrize("whole_update", [False, True])
 def test_compiled_prioritized_update_matches_eager(whole_update):
     """compile=True (and the whole update compiled) with prioritized replay: the compiled update (aot_eager: the
