@@ -9,6 +9,11 @@ records ``--video_steps`` steps of it, writes the pretrained folder to ``--local
 ``config.json``, ``policy.pt2``, ``policy.onnx``, ``replay.mp4`` and the model card ``README.md`` holding the
 evaluation and the command that reproduces it) and uploads it in one commit, creating the repo if need be.
 ``--dry_run`` writes the folder and pushes nothing. The token: ``HF_TOKEN``, or ``hf auth login``'s.
+
+``--repo_id`` must be a Hub repo id by the Hub's own rules, checked before anything is written. The folder is written
+only inside ``--local_dir`` (default ``hub/<name>``, which must stay inside ``hub/``), and a file there of the
+folder's names (``README.md``, ``config.json``, ...) that an earlier save did not write is left as it is, with an
+error, unless ``--overwrite``. Only the folder's own files are pushed.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import sys
 from pathlib import Path
 
 from rl_lightning.hub import EXPORT_NAMES, load_checkpoint, push_folder, save_pretrained
+from rl_lightning.hub_files import check_repo_id
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,6 +50,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--commit_message", default=None, help="(default: '<algorithm> on <env id>')")
     parser.add_argument("--dry_run", action="store_true", help="write the folder, push nothing")
     parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace files of the folder's names (README.md, config.json, ...) in --local_dir that no earlier save "
+        "wrote (by default an error; an earlier save's files are replaced either way)",
+    )
+    parser.add_argument(
         "--trust_checkpoint",
         action="store_true",
         help="the checkpoint is yours: allow any class path in its hyper-parameters (by default only "
@@ -59,7 +71,11 @@ def main(argv: list[str] | None = None) -> None:
     parts = args.repo_id.split("/")
     if len(parts) != 2 or not all(parts):
         parser.error(f"--repo_id must be user/name, got {args.repo_id!r}")
-    local_dir = args.local_dir or Path("hub") / parts[1]
+    try:
+        check_repo_id("--repo_id", args.repo_id)
+    except ValueError as error:
+        parser.error(str(error))
+    local_dir = args.local_dir or _default_local_dir(parser, parts[1])
     try:
         module = load_checkpoint(args.ckpt_path, trust_remote_code=args.trust_checkpoint)
         save_pretrained(
@@ -71,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
             eval_max_episode_steps=args.eval_max_episode_steps,
             video_steps=args.video_steps,
             export_formats=args.export_formats,
+            overwrite=args.overwrite,
         )
     except (ValueError, OSError) as error:
         parser.exit(2, f"error: {error}\n")
@@ -86,6 +103,15 @@ def main(argv: list[str] | None = None) -> None:
         parser.exit(1, f"error: could not push {local_dir} to {args.repo_id}: {type(error).__name__}: {error}\n")
     print(f"pushed: {getattr(commit, 'commit_url', commit)}")
     sys.exit(0)
+
+
+def _default_local_dir(parser: argparse.ArgumentParser, name: str) -> Path:
+    """``hub/<name>``, which must resolve inside ``hub/`` (``hub/<name>`` may be a link out of it)."""
+    root = Path("hub")
+    local_dir = root / name
+    if not local_dir.resolve().is_relative_to(root.resolve()):
+        parser.error(f"{local_dir} leads out of {root}/ (to {local_dir.resolve()}): name the folder with --local_dir")
+    return local_dir
 
 
 def _evaluation_line(directory: Path) -> str:
