@@ -14,6 +14,12 @@ still name ``os.system``. So class paths from a file resolve only against an all
 
 The check reads strings only; a refused path is an :class:`UntrustedCheckpointError` (a
 ``ValueError``) naming the key and how to allow it, raised before any import.
+
+Nor may a file choose where the process connects or what program it runs (:func:`local_file_settings`): a
+file's ``env_backend="ray"`` and Ray's options in ``env_kwargs`` (a cluster's ``address``, workers), an
+``env_kwargs`` key naming an address, a folder or a program, and ``compile``'s inductor ``options`` (which name
+the C++ compiler to run) and backends other than torch's built-in ones are dropped, with a note, for the local,
+safe value. The user's own flags and keyword arguments, and a trusted file, keep them.
 """
 
 from __future__ import annotations
@@ -39,6 +45,25 @@ TRUST_FILE = "if you trust this file, load it with trust_remote_code=True (from 
 HOW_TO_TRUST = TRUST_FILE + ", or allow just this class with rl_lightning.trust.allow_class_paths({path!r})"
 
 _untrusted: contextvars.ContextVar[str | None] = contextvars.ContextVar("rl_lightning_untrusted", default=None)
+
+
+#: ``env_backend`` values that reach beyond this process, and the local backend that steps the same env here:
+#: Ray's workers step gymnasium's env, the same trajectories as ``"gymnasium"`` (``RayVectorEnv``).
+_LOCAL_BACKEND = {"ray": "gymnasium"}
+#: ``env_kwargs`` keys (besides Ray's, ``rl_lightning.envs.ray_vector.RAY_OPTIONS``) that name an address, a
+#: folder, a file to write or a program: an env's constructor may take any keyword, so these are refused by name
+#: (no env rl_lightning builds takes one). EnvPool's and ale-py's ``num_threads`` / ``thread_affinity_offset``
+#: stay: threads of this process, which change its speed, not where it connects or what it runs; so do
+#: ``vectorization_mode="async"`` (subprocesses of this same Python) and ``render``.
+_PROCESS_KEYS = frozenset(
+    {"address", "host", "port", "url", "runtime_env", "working_dir", "cwd", "command", "cmd", "program"}
+)
+_PROCESS_KEY_ENDINGS = ("_address", "_host", "_port", "_url", "_dir", "_directory", "_folder", "_executable")
+#: ``torch.compile`` backends a file may name: torch's own, which run no program a setting names.
+SAFE_COMPILE_BACKENDS = ("inductor", "aot_eager", "eager", "cudagraphs")
+#: ``compile={...}`` keys a file may give (plain values); ``options`` (inductor's, e.g. ``cpp.cxx``: the C++
+#: compiler to run) is the user's only.
+_FILE_COMPILE_KEYS = {"mode": (str,), "fullgraph": (bool,), "dynamic": (bool, type(None)), "whole_update": (bool,)}
 
 
 class UntrustedCheckpointError(ValueError):
@@ -184,3 +209,66 @@ def as_mapping(value: Any) -> Mapping[str, Any] | None:
     if type(value).__name__ == "Namespace" and hasattr(value, "as_dict"):
         return value.as_dict()
     return None
+
+
+def local_file_settings(hparams: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A copy of the hyper-parameters read from the untrusted file ``where`` with every process-level setting
+    (where the process connects, what program it runs, which folder it works in) replaced by its local, safe
+    value: ``env_backend="ray"`` by ``"gymnasium"`` (the same env, stepped here), Ray's options and keys naming an
+    address, a folder or a program left out of ``env_kwargs``, and ``compile`` cut to its plain values (a bool,
+    ``mode``, ``fullgraph``, ``dynamic``, ``whole_update`` and a built-in ``backend``: no inductor ``options``).
+    Prints one ``note:`` line on stderr (global rank zero) naming what was dropped and how to keep it. Pass only
+    what the file gives: a setting the user gave is theirs.
+
+    Args:
+        hparams: the file's hyper-parameters (those the user did not give).
+        where: the file, for the note (``"--ckpt_path run.ckpt"``).
+    """
+    from rl_lightning.envs.ray_vector import RAY_OPTIONS  # (envs import this module: not at the top)
+
+    settings, dropped = dict(hparams), []
+    backend = settings.get("env_backend")
+    if isinstance(backend, str) and backend in _LOCAL_BACKEND:
+        settings["env_backend"] = _LOCAL_BACKEND[backend]
+        dropped.append(f"env_backend {backend!r} (now {_LOCAL_BACKEND[backend]!r})")
+    env_kwargs = as_mapping(settings.get("env_kwargs"))
+    if env_kwargs is not None:
+        kept = {}
+        for key, value in env_kwargs.items():
+            if key in RAY_OPTIONS or _is_process_key(key):
+                dropped.append(f"env_kwargs[{key!r}] {value!r}")
+            else:
+                kept[key] = value
+        settings["env_kwargs"] = kept
+    compile_settings = as_mapping(settings.get("compile"))
+    if compile_settings is not None:
+        kept = {}
+        for key, value in compile_settings.items():
+            if isinstance(value, _FILE_COMPILE_KEYS.get(key, ())) or (
+                key == "backend" and isinstance(value, str) and value in SAFE_COMPILE_BACKENDS
+            ):
+                kept[key] = value
+            else:
+                dropped.append(f"compile[{key!r}] {value!r}")
+        settings["compile"] = kept
+    if dropped:
+        _note(
+            f"note: {where} may not choose where this process connects or what it runs; left out: "
+            f"{', '.join(dropped)}. To keep one, give it yourself (a flag on the command line, a keyword "
+            "argument in code), or trust the file (--trust_checkpoint; in code: trust_remote_code=True)"
+        )
+    return settings
+
+
+def _is_process_key(key: Any) -> bool:
+    """Whether an ``env_kwargs`` key names an address, a folder or a program (:data:`_PROCESS_KEYS`)."""
+    name = str(key).lower()
+    return name in _PROCESS_KEYS or name.endswith(_PROCESS_KEY_ENDINGS)
+
+
+def _note(line: str) -> None:
+    """``line`` on stderr, from global rank zero only."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    if getattr(rank_zero_only, "rank", 0) == 0:
+        print(line, file=sys.stderr, flush=True)
