@@ -59,6 +59,14 @@ _SAFETENSORS_DTYPES = {
     torch.uint8: "U8",
     torch.bool: "BOOL",
 }
+_NEWER_DTYPES = {
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
+    "uint16": "U16",
+    "uint32": "U32",
+    "uint64": "U64",
+}
+_SAFETENSORS_DTYPES.update({getattr(torch, name): code for name, code in _NEWER_DTYPES.items() if hasattr(torch, name)})
 
 
 def require(name: str) -> Any:
@@ -223,8 +231,8 @@ def read_weights(path: Path, state: Mapping[str, torch.Tensor], where: str) -> d
                 f"{where}: {WEIGHTS_NAME}'s {name} has shape {tuple(shape)} but the module built from its "
                 f"hyper-parameters has {tuple(tensor.shape)}"
             )
-        dtype = _SAFETENSORS_DTYPES.get(tensor.dtype)
-        if entry.get("dtype") != dtype:
+        dtype = _SAFETENSORS_DTYPES.get(tensor.dtype)  # None: a dtype this map lacks, compared once read
+        if dtype is not None and entry.get("dtype") != dtype:
             raise ValueError(
                 f"{where}: {WEIGHTS_NAME}'s {name} has dtype {entry.get('dtype')!r} but the module's is {dtype!r} "
                 f"({tensor.dtype})"
@@ -238,9 +246,13 @@ def read_weights(path: Path, state: Mapping[str, torch.Tensor], where: str) -> d
         )
     try:
         with safetensors.safe_open(str(path), framework="pt", device="cpu") as file:
-            return {name: file.get_tensor(name) for name in state}
+            weights = {name: file.get_tensor(name) for name in state}
     except Exception as error:  # safetensors' own errors: offsets that overlap or leave holes
         raise ValueError(f"{where}: {WEIGHTS_NAME} is not a safetensors file: {error}") from error
+    for name, tensor in state.items():
+        if weights[name].dtype != tensor.dtype:
+            raise ValueError(f"{where}: {WEIGHTS_NAME}'s {name} is {weights[name].dtype}, the module's {tensor.dtype}")
+    return weights
 
 
 def _safetensors_header(path: Path, where: str) -> tuple[int, dict[str, Any]]:

@@ -348,7 +348,7 @@ def test_help_lists_every_option(script, capsys):
     code, out, _ = _main(script, ["--help"], capsys)
     assert code == 0
     options = ["--env_id", "--from_pretrained", "--ckpt_path", "--video"] if script is enjoy else []
-    options += ["--repo_id", "--local_dir", "--eval_episodes", "--video_steps", "--dry_run", "--private"] * (
+    options += ["--repo_id", "--local_dir", "--eval_episodes", "--video_steps", "--dry_run", "--overwrite"] * (
         script is push_script
     )
     assert options and all(option in out for option in options)

@@ -302,3 +302,17 @@ def test_a_huge_deep_or_inconsistent_safetensors_header_is_refused(saved, tmp_pa
     loaded = PPOModule.from_pretrained(folder)
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in saved[0].state_dict().items())
     assert os.path.getsize(path) == len(original)
+
+
+def test_a_dtype_the_header_check_does_not_know_is_compared_once_read(saved, tmp_path, monkeypatch):
+    from rl_lightning import hub_files
+
+    folder = _copy(saved[2], tmp_path / "int32")
+    weights = safetensors.torch.load_file(folder / "model.safetensors")
+    name = "model.actor.layers.0.weight"
+    weights[name] = weights[name].view(torch.int32)  # as many bytes, another dtype
+    safetensors.torch.save_file(weights, folder / "model.safetensors")
+    known = {dtype: code for dtype, code in hub_files._SAFETENSORS_DTYPES.items() if dtype is not torch.float32}
+    monkeypatch.setattr(hub_files, "_SAFETENSORS_DTYPES", known)
+    with pytest.raises(ValueError, match=rf"{name} is torch.int32, the module's torch.float32"):
+        PPOModule.from_pretrained(folder)
