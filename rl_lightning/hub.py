@@ -64,7 +64,7 @@ from rl_lightning.hub_files import (
     sha256,
     staging_folder,
 )
-from rl_lightning.trust import as_mapping, check_file_hyperparameters, untrusted
+from rl_lightning.trust import as_mapping, check_file_hyperparameters, local_file_settings, untrusted
 
 if TYPE_CHECKING:
     from rl_lightning.algos.base import RLModule
@@ -290,7 +290,9 @@ def load_pretrained(
         module_class: the class to load into (its algorithm must be the folder's); None: the folder's algorithm,
             one of ``rl_lightning.algos.ALGORITHMS``.
         revision, token, cache_dir: ``snapshot_download``'s, for a repo id.
-        trust_remote_code: the folder is yours: allow any class path in its hyper-parameters.
+        trust_remote_code: the folder is yours: allow any class path in its hyper-parameters and keep its
+            process-level settings; without it ``env_backend="ray"``, Ray's addresses and compile's options from the
+            folder are replaced by local ones, with a note (``rl_lightning.trust.local_file_settings``).
         **hyperparameters: replace the folder's (yours: not checked against the allow-list), e.g. ``env_id`` to play
             on another env with the same spaces.
 
@@ -321,8 +323,10 @@ def load_pretrained(
             f"{where}: config.json's env spec is for env_id {env['env_id']!r} but its hyper-parameters say "
             f"{saved.get('env_id')!r}: the file was edited"
         )
-    if not trust_remote_code:
-        check_file_hyperparameters({k: v for k, v in saved.items() if k not in hyperparameters}, where)
+    if not trust_remote_code:  # the folder's own settings: checked, and it may not choose where the process connects
+        from_file = {name: value for name, value in saved.items() if name not in hyperparameters}
+        check_file_hyperparameters(from_file, where)
+        saved = {**saved, **local_file_settings(from_file, where)}
     saved.pop("_class_path", None)
     saved.pop("_instantiator", None)
     settings = {**module_class.upgraded_hyperparameters(saved), **hyperparameters}

@@ -316,3 +316,28 @@ def test_a_dtype_the_header_check_does_not_know_is_compared_once_read(saved, tmp
     monkeypatch.setattr(hub_files, "_SAFETENSORS_DTYPES", known)
     with pytest.raises(ValueError, match=rf"{name} is torch.int32, the module's torch.float32"):
         PPOModule.from_pretrained(folder)
+
+
+def test_a_folder_may_not_choose_a_ray_address_it_loads_and_plays_here(saved, tmp_path, capsys, monkeypatch):
+    from rl_lightning.envs import ray_vector
+
+    folder = _copy(saved[2], tmp_path / "ray")
+    config = json.loads((folder / "config.json").read_text())
+    config["hyperparameters"]["env_backend"] = "ray"
+    config["hyperparameters"]["env_kwargs"] = {"address": "ray://attacker.example:10001", "num_workers": 2}
+    (folder / "config.json").write_text(json.dumps(config))
+
+    def no_ray():
+        raise AssertionError("Ray was imported")
+
+    monkeypatch.setattr(ray_vector, "_import_ray", no_ray)
+    loaded = PPOModule.from_pretrained(folder)
+    assert loaded.hparams.env_backend == "gymnasium" and loaded.hparams.env_kwargs == {}
+    err = capsys.readouterr().err
+    assert (
+        "env_backend 'ray' (now 'gymnasium')" in err and "env_kwargs['address'] 'ray://attacker.example:10001'" in err
+    )
+    evaluation = hub_module.evaluate_greedy(loaded, episodes=2, seed=0)
+    assert len(evaluation.returns) == 2 and all(value >= 1 for value in evaluation.returns)
+    obs = torch.zeros(3, 4)
+    assert torch.equal(loaded.act(obs, greedy=True), saved[0].act(obs, greedy=True))
