@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning._checks import check_bool, check_int, check_seed, check_str
+from rl_lightning._checks import check_bool, check_float, check_int, check_seed, check_str
 from rl_lightning.envs._pooled import PooledVectorEnv, fire_index, lost_lives, pool_seed
 from rl_lightning.envs.atari import FIRE_STEPS, atari_options
 from rl_lightning.envs.spaces import float32_bounds
@@ -128,12 +128,33 @@ def _check_kwargs(task: str, family: str, envpool_kwargs: dict[str, Any]) -> Non
             )
     if not envpool_kwargs:
         return
-    allowed = set(_envpool().make_spec(task).config._fields) - set(_SET_HERE) - {"gym_reset_return_info"}
+    defaults = _envpool().make_spec(task).config._asdict()
+    allowed = set(defaults) - set(_SET_HERE) - {"gym_reset_return_info"}
     if family == "atari":
         allowed -= set(_ATARI_SETS)
     unknown = sorted(set(envpool_kwargs) - allowed)
     if unknown:
         raise ValueError(f"EnvPool's {task!r} has no argument(s) {unknown}; it takes: {', '.join(sorted(allowed))}")
+    for name, value in envpool_kwargs.items():
+        _check_envpool_value(f"env_kwargs['{name}']", value, defaults[name], _MINIMUMS.get(name))
+
+
+#: The smallest value of EnvPool's int arguments that it does not check itself (``num_threads=-1`` aborts the
+#: process with no message; ``frame_skip=0`` gives NaN rewards; ``max_episode_steps=0`` truncates every step).
+_MINIMUMS = {"num_threads": 0, "thread_affinity_offset": -1, "frame_skip": 1, "frame_stack": 1, "max_episode_steps": 1}
+
+
+def _check_envpool_value(name: str, value: Any, default: Any, minimum: int | None) -> None:
+    """``value`` of the type of EnvPool's ``default`` (which EnvPool coerces or aborts on), ints >= ``minimum``
+    and floats finite."""
+    if isinstance(default, bool):
+        check_bool(name, value)
+    elif isinstance(default, int):
+        check_int(name, value, minimum)
+    elif isinstance(default, float):
+        check_float(name, value)
+    elif isinstance(default, str):
+        check_str(name, value)
 
 
 class EnvPoolVectorEnv(PooledVectorEnv):
@@ -168,7 +189,9 @@ class EnvPoolVectorEnv(PooledVectorEnv):
     Raises:
         ImportError: without the envpool package.
         ValueError: for an id this backend does not take (the message says which it takes), the preset
-            for a MuJoCo id or ``atari=False`` for an Atari one, an argument EnvPool lacks or that is set here.
+            for a MuJoCo id or ``atari=False`` for an Atari one, an argument EnvPool lacks or that is set here,
+            or one out of range (``num_threads=-1``: EnvPool itself would abort the process).
+        TypeError: for an EnvPool argument of another type than EnvPool's default (``full_action_space=1``).
     """
 
     backend_name = "EnvPool"

@@ -258,12 +258,31 @@ def test_mujoco_float32_observations_and_clipped_box_actions():
         (BREAKOUT, {"num_thread": 1}, ValueError, r"has no argument\(s\) \['num_thread'\]; it takes: .*num_threads"),
         (BREAKOUT, {"render": 1}, TypeError, r"render must be a bool"),
         ("HalfCheetah-v5", {"atari": True}, ValueError, r"'HalfCheetah-v5' is EnvPool's MuJoCo task"),
-        ("HalfCheetah-v5", {"ctrl_cost_weight": "x"}, ValueError, r"EnvPool refused to build 'HalfCheetah-v5'"),
+        (BREAKOUT, {"mode": 99}, ValueError, r"EnvPool refused to build 'Breakout-v5'.*Invalid game mode"),
+        # EnvPool aborts the process on num_threads=-1 (SIGABRT, no message), coerces 1 to True, gives NaN rewards
+        # with frame_skip=0 and NaN costs: each is refused here, naming it.
+        (BREAKOUT, {"num_threads": -1}, ValueError, r"env_kwargs\['num_threads'\] must be >= 0, got -1"),
+        ("HalfCheetah-v5", {"num_threads": -1}, ValueError, r"env_kwargs\['num_threads'\] must be >= 0, got -1"),
+        (BREAKOUT, {"num_threads": 1.5}, TypeError, r"env_kwargs\['num_threads'\] must be an int, got float 1.5"),
+        (BREAKOUT, {"thread_affinity_offset": -2}, ValueError, r"\['thread_affinity_offset'\] must be >= -1"),
+        (BREAKOUT, {"full_action_space": 1}, TypeError, r"env_kwargs\['full_action_space'\] must be a bool"),
+        ("HalfCheetah-v5", {"frame_skip": 0}, ValueError, r"env_kwargs\['frame_skip'\] must be >= 1, got 0"),
+        ("HalfCheetah-v5", {"max_episode_steps": 0}, ValueError, r"\['max_episode_steps'\] must be >= 1, got 0"),
+        ("HalfCheetah-v5", {"ctrl_cost_weight": "x"}, TypeError, r"\['ctrl_cost_weight'\] must be a float, got str"),
+        ("HalfCheetah-v5", {"ctrl_cost_weight": float("nan")}, ValueError, r"\['ctrl_cost_weight'\] must be a finite"),
+        ("HalfCheetah-v5", {"xml_file": 3}, TypeError, r"env_kwargs\['xml_file'\] must be a non-empty str"),
     ],
 )
 def test_bad_arguments_are_clear_errors(env_id, kwargs, error, match):
     with pytest.raises(error, match=match):
         make_envs(env_id, 1, backend="envpool", **kwargs)
+
+
+def test_envpool_arguments_of_the_right_types_pass():
+    envs = make_envs("HalfCheetah-v5", 1, backend="envpool", num_threads=0, ctrl_cost_weight=1, frame_skip=2)
+    config = envs.pool.spec.config
+    assert (config.num_threads, config.ctrl_cost_weight, config.frame_skip) == (0, 1.0, 2)
+    envs.close()
 
 
 def test_make_envs_backend_and_a_missing_envpool(monkeypatch):
