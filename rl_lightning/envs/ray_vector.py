@@ -35,7 +35,8 @@ from rl_lightning._checks import check_int
 from rl_lightning.envs import _ray_worker, mujoco_warnings
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv, gymnasium_spec
 
-#: How long a ``host:port`` address may take to accept a connection before it counts as unreachable.
+#: How long a ``host:port`` address may take to accept a connection, then to answer gRPC's handshake (Ray's GCS and
+#: Ray Client speak gRPC), before it counts as no Ray cluster.
 CONNECT_TIMEOUT_S = 5.0
 #: The keyword arguments of :class:`RayVectorEnv` that are Ray's, not the env's.
 RAY_OPTIONS = ("num_workers", "envs_per_worker", "address", "num_cpus_per_worker")
@@ -52,8 +53,9 @@ def _import_ray() -> Any:
 
 
 def _check_reachable(address: str) -> None:
-    """Fail within seconds where ``address`` (``host:port`` of a Ray cluster's head) accepts no connection,
-    rather than leave ``ray.init`` retrying for minutes."""
+    """Fail within seconds where ``address`` (``host:port`` of a Ray cluster's head) accepts no connection, or
+    accepts one but does not answer gRPC's handshake (another service there), rather than leave ``ray.init``
+    retrying for minutes."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(
@@ -68,6 +70,32 @@ def _check_reachable(address: str) -> None:
             f"address {address!r}: no Ray cluster answers there ({error}); start one with `ray start --head` on that "
             "machine, or leave address unset for a local Ray instance"
         ) from None
+    check_grpc_handshake(address, host, int(port), CONNECT_TIMEOUT_S)
+
+
+def check_grpc_handshake(address: str, host: str, port: int, timeout: float) -> None:
+    """A ``ValueError`` where ``host:port``, which accepts connections, does not answer gRPC's handshake within
+    ``timeout`` seconds, as Ray's GCS and Ray Client do: another service listens there, and ``ray.init`` would
+    retry against it for minutes.
+
+    Args:
+        address: the address as the user gave it, for the message.
+        host, port: where to connect.
+        timeout: seconds.
+    """
+    import grpc  # Ray's own dependency
+
+    channel = grpc.insecure_channel(f"{host}:{port}")
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+        raise ValueError(
+            f"address {address!r} answered, but not as a Ray cluster (no Ray client/GCS gRPC handshake within "
+            f"{timeout:g} s): another service listens on that port; give the address `ray start --head` "
+            "printed, or leave address unset for a local Ray instance"
+        ) from None
+    finally:
+        channel.close()
 
 
 def init_ray(**kwargs: Any) -> Any:

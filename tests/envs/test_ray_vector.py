@@ -3,10 +3,13 @@ the same trajectories as the in-process gymnasium backend for the same seed (Box
 the info, Dict observations), a dead worker named in the error, bad arguments refused within seconds, and the
 modules training on it exactly as on the in-process backend."""
 
+import contextlib
 import os
 import socket
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +20,7 @@ import pytest
 import torch
 
 from rl_lightning.algos import DQNModule, PPOModule, SACModule, TD3Module, VPGModule
-from rl_lightning.envs import make_envs
+from rl_lightning.envs import make_envs, ray_vector
 from rl_lightning.envs.ray_vector import RayVectorEnv, connect_ray, init_ray, merge_infos
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'rl_lightning[ray]')")
@@ -197,6 +200,53 @@ def test_an_unreachable_address_is_an_error_within_seconds(monkeypatch):
     assert time.monotonic() - start < 10
     with pytest.raises(ValueError, match=r"address must be 'auto', 'host:port'"):
         RayVectorEnv("CartPole-v1", 2, address="nowhere")
+
+
+class _Garbage(socketserver.BaseRequestHandler):
+    """Another service on the port: it answers every connection with bytes that are no gRPC handshake."""
+
+    def handle(self):
+        with contextlib.suppress(OSError):
+            self.request.sendall(b"HTTP/1.0 400 not ray\r\n\r\n" * 4)
+            time.sleep(3)
+
+
+class _Silent(socketserver.BaseRequestHandler):
+    """Another service on the port: it accepts connections and says nothing."""
+
+    def handle(self):
+        time.sleep(3)
+
+
+@pytest.mark.parametrize("handler", [_Garbage, _Silent])
+def test_an_address_where_another_service_answers_is_an_error_within_seconds(monkeypatch, handler):
+    # ray.init used to retry against such a port for minutes (over 120 s): the gRPC handshake is bounded.
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a process not connected yet
+    monkeypatch.setattr(ray_vector, "CONNECT_TIMEOUT_S", 1.0)
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    start = time.monotonic()
+    try:
+        with pytest.raises(
+            ValueError,
+            match=rf"address '127.0.0.1:{port}' answered, but not as a Ray cluster \(no Ray client/GCS gRPC "
+            r"handshake within 1 s\): another service listens on that port",
+        ):
+            RayVectorEnv("CartPole-v1", 2, address=f"127.0.0.1:{port}")
+        with pytest.raises(ValueError, match=rf"address '127.0.0.1:{port}' answered, but not as a Ray"):
+            connect_ray(f"ray://127.0.0.1:{port}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert time.monotonic() - start < 8
+
+
+def test_the_address_of_a_ray_cluster_passes_the_handshake():
+    start = time.monotonic()
+    ray_vector._check_reachable(ray.get_runtime_context().gcs_address)  # this module's local cluster
+    assert time.monotonic() - start < 3
 
 
 def _fit(module: L.LightningModule, max_steps: int) -> dict[str, torch.Tensor]:
