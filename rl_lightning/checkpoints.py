@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
 from rl_lightning.deprecations import same_value
@@ -317,12 +317,33 @@ def describe_checkpoint(path: str | Path, checkpoint: dict[str, Any]) -> str:
     )
 
 
+class StepInNames(Callback):
+    """``{step}`` in every ``ModelCheckpoint``'s file name is the run's update count (``global_step``, the file's
+    own) at that save. The modules publish ``"step"`` (the charts' x-axis: the env steps of their last log) into
+    ``trainer.callback_metrics``, where ``ModelCheckpoint`` would read it instead: a name of the last log's env
+    steps, not the file's, the same for every save until the next log, each such save overwriting the one before.
+    (The env steps of a save are not unique: an on-policy rollout's updates, or ``gradient_steps`` updates, share
+    them.) ``RLModule.configure_callbacks`` adds it; the checkpoint callbacks run after it (Lightning runs them
+    last)."""
+
+    def _name_by_update(self, trainer: Any) -> None:
+        trainer.callback_metrics["step"] = torch.tensor(trainer.global_step)
+
+    def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+        self._name_by_update(trainer)
+
+    def on_train_epoch_end(self, trainer: Any, *args: Any) -> None:
+        self._name_by_update(trainer)
+
+    def on_validation_end(self, trainer: Any, *args: Any) -> None:
+        self._name_by_update(trainer)
+
+
 class EnvStepCheckpoint(ModelCheckpoint):
     """A ``ModelCheckpoint`` whose ``filename`` template also knows ``{env_steps}``: the module's env steps
     when it saves, the x-axis of the charts (``filename="best-{env_steps}"`` -> ``best-env_steps=51200.ckpt``).
-    Lightning's ``{step}`` counts updates (or, once the module logged its ``step``, env steps: which one
-    depends on when the file is written), ``{epoch}`` epochs, and neither goes on from a resume as the charts do.
-    Everything else is Lightning's."""
+    Lightning's ``{step}`` counts updates (``global_step``: :class:`StepInNames`), ``{epoch}`` epochs, and neither
+    goes on from a resume as the charts do. Everything else is Lightning's."""
 
     _module: Any = None
 

@@ -49,6 +49,7 @@ from rl_lightning.algos._inputs import ObservationInputs, as_numpy, is_tensor_in
 from rl_lightning.callbacks.guard import RunGuard, check_trainer_settings
 from rl_lightning.checkpoints import (
     CHECKPOINT_KEY,
+    StepInNames,
     check_checkpoint_fits,
     gather_over_ranks,
     load_checkpoint_file,
@@ -68,7 +69,7 @@ from rl_lightning.export import export_policy, to_torchscript
 from rl_lightning.progress import RLProgressBar
 from rl_lightning.seeding import derive_seed
 from rl_lightning.stopping import CollectiveStop
-from rl_lightning.trust import check_file_hyperparameters, untrusted
+from rl_lightning.trust import check_file_hyperparameters, local_file_settings, untrusted
 
 __all__ = ["RLModule", "as_numpy", "is_tensor_input"]
 
@@ -629,9 +630,8 @@ class RLModule(L.LightningModule):
     # -- Lightning hooks ------------------------------------------------------------------
 
     def configure_callbacks(self) -> list[L.Callback]:
-        """:class:`~rl_lightning.callbacks.guard.RunGuard`, and Lightning's default progress bar replaced by
-        :class:`~rl_lightning.progress.RLProgressBar` (one bar over the run's env steps); subclasses add
-        theirs to ``super().configure_callbacks()``."""
+        """:class:`~rl_lightning.callbacks.guard.RunGuard`, ``StepInNames`` (``{step}`` in checkpoint names), and
+        Lightning's progress bar replaced by ``RLProgressBar``; subclasses add to ``super().configure_callbacks()``."""
         if self._attached and type(self.trainer.progress_bar_callback) is TQDMProgressBar:
             # Swapped in place rather than returned: a returned subclass of TQDMProgressBar makes
             # Lightning say it "will override existing callbacks passed to Trainer", which the user did not pass.
@@ -640,7 +640,7 @@ class RLModule(L.LightningModule):
         if self._attached:  # before Lightning checks the Trainer for manual optimisation
             check_trainer_settings(self.trainer)
             self._take_over_gradient_clipping()
-        return [RunGuard()]
+        return [RunGuard(), StepInNames()]
 
     def on_fit_start(self) -> None:
         self._check_ranks_start_together()
@@ -760,8 +760,9 @@ class RLModule(L.LightningModule):
           is a ``ValueError`` saying which, and so is a checkpoint of another algorithm or env;
         - its hyper-parameters are data: the class paths they name (wrappers, ``_class_path``, Lightning's
           ``_instantiator``, ``{"class_path": ...}`` specs) must be on ``rl_lightning.trust``'s allow-list,
-          checked before anything is imported, and the module is built as ``cls(**hyper_parameters)``,
-          never by jsonargparse;
+          checked before anything is imported, and the module is built as ``cls(**hyper_parameters)``, never by
+          jsonargparse; nor may they choose where the process connects or what it runs: ``env_backend="ray"`` and
+          compile's ``options`` are left out, with a note (``rl_lightning.trust.local_file_settings``);
         - a value saved under a former name loads under its new one (``renamed_hyperparameters``).
 
         Args:
@@ -770,7 +771,7 @@ class RLModule(L.LightningModule):
                 CPU, or wherever the saved tensors were).
             hparams_file: a YAML or CSV file of hyper-parameters replacing the checkpoint's (yours: trusted).
             strict: as ``load_state_dict``'s.
-            trust_remote_code: the file is yours: allow any class path in it (as Hugging Face spells it).
+            trust_remote_code: the file is yours: take any class path and process-level setting it holds.
             **kwargs: hyper-parameters that replace the checkpoint's (yours: not checked against the list).
 
         Raises:
@@ -789,16 +790,15 @@ class RLModule(L.LightningModule):
             suffix = str(hparams_file).rsplit(".", 1)[-1].lower()
             if suffix not in ("csv", "yml", "yaml"):
                 raise ValueError(f"hparams_file must be a .csv, .yml or .yaml file, got {str(hparams_file)!r}")
-            loaded = (
-                load_hparams_from_tags_csv(hparams_file) if suffix == "csv" else load_hparams_from_yaml(hparams_file)
-            )
-            checkpoint["hyper_parameters"] = dict(loaded or {})
+            load = load_hparams_from_tags_csv if suffix == "csv" else load_hparams_from_yaml
+            checkpoint["hyper_parameters"] = dict(load(hparams_file) or {})
         # What the caller passes is theirs; what the file holds is data, checked before anything is built.
         from_file = {
             name: value for name, value in (checkpoint.get("hyper_parameters") or {}).items() if name not in kwargs
         }
-        if not trust_remote_code and hparams_file is None:
+        if not trust_remote_code and hparams_file is None:  # and it may not choose where the process connects
             check_file_hyperparameters(from_file, where)
+            from_file = local_file_settings(from_file, where)
         for key in ("_instantiator", "_class_path"):  # Lightning's jsonargparse path, which would build class specs
             from_file.pop(key, None)
         checkpoint["hyper_parameters"] = {**from_file, **cls.upgraded_hyperparameters(from_file), **kwargs}

@@ -192,6 +192,24 @@ def test_a_checkpoint_period_inside_a_training_step_lowers_the_updates_per_train
     assert torch.equal(module.q_network.head.weight, plain.q_network.head.weight)
 
 
+@pytest.mark.parametrize("module_class", [DQNModule, PPOModule])
+def test_every_save_of_a_step_template_happens_under_its_own_update_count(tmp_path, module_class):
+    """ModelCheckpoint(filename="s{step}", every_n_train_steps=7), 10 updates per training step (DQN) or 16 per
+    rollout (PPO: 7 updates share an env step): 10 saves, 10 files, each named by its own global_step. The modules
+    publish "step" (the charts' env steps, as of their last log) where ModelCheckpoint read {step} from: saves after
+    a log were named by that log's env steps and overwrote each other (8 of 10 files)."""
+    if module_class is DQNModule:
+        module = DQNModule(num_envs=2, learning_starts=16, batch_size=16, updates_per_step=10, seed=1)
+    else:
+        module = PPOModule(num_envs=2, num_steps_per_rollout=8, update_epochs=4, num_minibatches=4, seed=1)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, filename="s{step}", every_n_train_steps=7, save_top_k=-1)
+    trainer = quiet_trainer(max_steps=70, callbacks=[checkpoint], log_every_n_steps=20, enable_checkpointing=True)
+    with pytest.warns(UserWarning, match=r"every_n_train_steps=7.*this run holds 1"):
+        trainer.fit(module)
+    names = {path.name: torch.load(path, weights_only=True)["global_step"] for path in tmp_path.glob("*.ckpt")}
+    assert names == {f"sstep={step}.ckpt": step for step in range(7, 71, 7)}
+
+
 def test_updates_per_step_is_checked():
     with pytest.raises(ValueError, match="updates_per_step"):
         DQNModule(updates_per_step=0)
