@@ -15,6 +15,13 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+class SettingsError(ValueError):
+    """A setting refused once a run starts, where it meets what only the run knows (the env's observations, the
+    machine's memory, the checkpoint resumed from): scripts and the command line print it as one line,
+    ``error: ...``, and exit with status 2, as for a bad value refused before the run
+    (:func:`rl_lightning.scripting.run_script`). A ``ValueError``, for code that catches those."""
+
+
 def _type_name(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 

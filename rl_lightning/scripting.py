@@ -502,12 +502,15 @@ def run_script(main: Any) -> None:
     signal, SIGUSR1: 138, see ``CheckpointOnStop``) after saying where the resumable checkpoint is (a
     Ctrl-C during a fit stops at the same safe point as a SIGTERM, so it resumes exactly), a diverged run
     (non-finite loss or weights), a checkpoint that could not be written (disk full) or another failure
-    of the file system (a read-only directory) with 1 and the error in one line, never with 0."""
+    of the file system (a read-only directory) with 1 and the error in one line, never with 0; a setting refused
+    once the run started (``SettingsError``: a replay buffer too big for memory, a resume with another
+    ``prioritized_alpha``) with 2 and the error in one line, as a bad value before it."""
     import signal
     import sys
 
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+    from rl_lightning._checks import SettingsError
     from rl_lightning.checkpoints import CheckpointSaveError
 
     global _training_run
@@ -534,6 +537,9 @@ def run_script(main: Any) -> None:
         if exit_.code == 1 and requests.first == signal.SIGINT:
             stopped(130)
         raise
+    except SettingsError as error:  # a setting refused once the run started, as a bad value before it
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
     except (FloatingPointError, CheckpointSaveError, OSError) as error:  # diverged; a disk full or read-only
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)

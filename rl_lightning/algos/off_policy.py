@@ -32,7 +32,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from rl_lightning._checks import check_bool, check_float, check_int, check_unused
+from rl_lightning._checks import SettingsError, check_bool, check_float, check_int, check_unused
 from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.schedule import linear_schedule, planned_updates
 from rl_lightning.checkpoints import gather_over_ranks
@@ -55,7 +55,7 @@ def check_warmup_settings(
     smallest = (missing - 1) * per_vector_step + 1
     if learning_starts < smallest:
         processes = f" and {world_size} processes" if world_size > 1 else ""
-        raise ValueError(
+        raise SettingsError(
             f"learning_starts ({learning_starts}) is too small for n_step={n_step}: with num_envs={num_envs}"
             f"{processes} and train_freq={train_freq}, the first update would sample {n_step}-step chains from a "
             f"buffer holding {math.ceil(learning_starts / per_vector_step) + train_freq} of the {n_step} steps per "
@@ -308,7 +308,7 @@ class OffPolicyModule(RLModule):
             trainer = self.trainer
             updates = planned_updates(trainer, self)
             if not math.isfinite(updates):
-                raise ValueError(
+                raise SettingsError(
                     "prioritized=True anneals prioritized_beta to 1 over the run, whose length is unknown: set "
                     "Trainer(max_steps=...) or max_epochs"
                 )

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning._checks import check_choice, check_int, check_seed, check_sizes
+from rl_lightning._checks import SettingsError, check_choice, check_int, check_seed, check_sizes
 from rl_lightning.data.replay import ReplayBufferSamples, check_buffer_settings, lazy_zeros
 from rl_lightning.envs.base import VectorEnv, resolve_device
 from rl_lightning.envs.spaces import MAX_IMAGE_CHANNELS, image_layout
@@ -532,13 +532,15 @@ class FrameStackReplayBuffer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` saved (a buffer of the same size, envs and observation shape)."""
         if "frames" not in state:
-            raise ValueError("state_dict is not a FrameStackReplayBuffer's (a ReplayBuffer's holds whole observations)")
+            raise SettingsError(
+                "state_dict is not a FrameStackReplayBuffer's (a ReplayBuffer's holds whole observations)"
+            )
         for name in ("buffer_size", "num_envs", "obs_shape", "stack_axis"):
             saved, own = state[name], getattr(self, name)
             if (tuple(saved) if name == "obs_shape" else saved) != own:
-                raise ValueError(f"state_dict is from a buffer with {name}={saved}, this one has {own}")
+                raise SettingsError(f"state_dict is from a buffer with {name}={saved}, this one has {own}")
         if state["padding"] != self.padding and "auto" not in (state["padding"], self.padding):
-            raise ValueError(
+            raise SettingsError(
                 f"state_dict is from a buffer with padding={state['padding']!r}, this one has {self.padding!r}"
             )
         added, num_envs, stack = int(state["added"]), self.num_envs, self.stack_size

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_lightning._checks import check_float
+from rl_lightning._checks import SettingsError, check_float
 from rl_lightning.data.frame_replay import FrameStackReplayBuffer
 from rl_lightning.data.replay import ReplayBuffer, ReplayBufferSamples
 
@@ -241,9 +241,9 @@ class _Prioritized:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` (a uniform buffer's too: its transitions then get priority 1)."""
         if "priorities" in state and state["alpha"] != self.alpha:
-            raise ValueError(
+            raise SettingsError(
                 f"state_dict is from a buffer with alpha={state['alpha']}, this one has {self.alpha}: its "
-                "priorities are p^alpha of the other alpha"
+                f"priorities are p^alpha of the other alpha (a resumed run: keep prioritized_alpha={state['alpha']})"
             )
         super().load_state_dict(state)  # type: ignore[misc]
         self.priorities.zero_()

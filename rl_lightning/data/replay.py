@@ -20,7 +20,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
-from rl_lightning._checks import check_float, check_int, check_seed, check_sizes
+from rl_lightning._checks import SettingsError, check_float, check_int, check_seed, check_sizes
 from rl_lightning.data.episodes import game_steps
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs.base import VectorEnv, resolve_device, sample_legal
@@ -80,7 +80,7 @@ def check_fits_in_memory(nbytes: int, device: torch.device, what: str, settings:
     by the OS."""
     available = available_memory(device)
     if available is not None and nbytes > available:
-        raise ValueError(
+        raise SettingsError(
             f"{what} needs {format_bytes(nbytes)} on {device}, which has {format_bytes(available)} available: "
             f"{settings}"
         )
@@ -373,12 +373,12 @@ class ReplayBuffer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` saved (the buffer must have the same size)."""
         if state["buffer_size"] != self.buffer_size:
-            raise ValueError(
+            raise SettingsError(
                 f"state_dict is from a buffer of size {state['buffer_size']}, this one has {self.buffer_size}"
             )
         missing = sorted(set(self._storage) - set(state))
         if missing:
-            raise ValueError(f"state_dict lacks {missing}: it is from a buffer with another n_step")
+            raise SettingsError(f"state_dict lacks {missing}: it is from a buffer with another n_step")
         size = int(state["size"])
         for name in self._storage:
             self._storage[name][:size] = as_tree(state[name]).to(self.device)
@@ -408,7 +408,7 @@ def make_replay_buffer(
     if frame_replay is None:
         frame_replay = axis is not None
     elif frame_replay and axis is None:
-        raise ValueError(
+        raise SettingsError(
             f"frame_replay=True needs frame-stack observations (uint8 (K, H, W), (H, W, K) or (K, H, W, C) with "
             f"K >= 2), got {envs.obs_shape} {envs.obs_dtype}: pass frame_replay=None (or False)"
         )
