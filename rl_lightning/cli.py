@@ -44,7 +44,6 @@ from rl_lightning.checkpoints import (
     describe_checkpoint,
     differing_settings,
     load_checkpoint_file,
-    plain_value,
     resolve_ckpt_path,
 )
 from rl_lightning.deprecations import same_value
@@ -57,7 +56,12 @@ from rl_lightning.scripting import (
     run_loggers,
     use_run_directory,
 )
-from rl_lightning.trust import UntrustedCheckpointError, algorithm_class_paths, check_file_hyperparameters
+from rl_lightning.trust import (
+    UntrustedCheckpointError,
+    algorithm_class_paths,
+    check_file_hyperparameters,
+    local_file_settings,
+)
 
 # A ``{"class_path": ...}`` value of an untyped option (``env_kwargs``' values) stays a spec for the code
 # that receives it (a wrapper spec for ``resolve_wrappers``), rather than being built by jsonargparse,
@@ -180,6 +184,8 @@ class RLLightningCLI(LightningCLI):
             if name in hparams and not same_value(given[name], hparams[name])
         ]
         taken = {name: value for name, value in hparams.items() if name not in given}
+        if not trusted:  # nor may the file choose where the process connects or what it runs
+            taken = local_file_settings(taken, f"--ckpt_path {ckpt_path}")
         update = {"class_path": f"{chosen.__module__}.{chosen.__qualname__}", "init_args": taken}
         try:
             self.config = self.parser.parse_object({subcommand: {"model": update}}, self.config)
@@ -237,6 +243,7 @@ class RLLightningCLI(LightningCLI):
                 check_file_hyperparameters(taken, f"--ckpt_path last ({path})")
             except UntrustedCheckpointError as error:
                 parser.error(f"{error} (or give that setting yourself)")
+            taken = local_file_settings(taken, f"--ckpt_path last ({path})")
         return taken
 
     def _parse_taken(self, update: dict[str, Any], name: str) -> Any:
@@ -249,26 +256,15 @@ class RLLightningCLI(LightningCLI):
             raise
 
     def _given_init_args(self, model_class: Any, model: Any) -> dict[str, Any]:
-        """The module's init args the user set: named on the command line, or (from a ``--config`` file or a
-        flag) different from the class's default."""
+        """The module's init args the user gave, on the command line or in a ``--config`` file, whatever their value
+        (one equal to the class's default is given too), and those without a default."""
         if model is None or model.get("init_args") is None:
             return {}
-        defaults = {
-            name: parameter.default
-            for name, parameter in inspect.signature(model_class.__init__).parameters.items()
-            if parameter.default is not inspect.Parameter.empty
-        }
-        named = {
-            token.split("=", 1)[0].removeprefix("--model.").removeprefix("init_args.")
-            for token in self._argv
-            if token.startswith("--model.")
-        }
-        init_args = _init_args(model)
-        return {
-            name: value
-            for name, value in init_args.items()
-            if name in named or name not in defaults or not same_value(value, defaults[name])
-        }
+        given = self.parser.parse_args(self._argv, defaults=False)[self.config["subcommand"]]  # (parsed once more)
+        named = _init_args(given.get("model")).keys()
+        parameters = inspect.signature(model_class.__init__).parameters
+        no_default = {name for name, parameter in parameters.items() if parameter.default is inspect.Parameter.empty}
+        return {name: value for name, value in _init_args(model).items() if name in named or name in no_default}
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
@@ -555,8 +551,8 @@ class ScriptCLI(RLLightningCLI):
         options = {option for action in parser._actions for option in action.option_strings}
         list_options = {f"--{key}" for key in self._module_keys if f"--{key}+" in options}
         argv = renamed_arguments(sys.argv[1:] if args is None else list(args), parser.error, self.model_class)
-        self._argv = argv = logger_spellings(argv)
-        self.config = parser.parse_args(_argparse_spellings(argv, list_options))
+        self._argv = argv = _argparse_spellings(logger_spellings(argv), list_options)
+        self.config = parser.parse_args(argv)
         if self.config.max_steps is not None and self.config.total_env_steps is not None:
             parser.error("--max_steps and --total_env_steps both set the run's length: pass one of them")
         if self.config.max_steps is None and self.config.total_env_steps is None:
@@ -573,13 +569,8 @@ class ScriptCLI(RLLightningCLI):
             return
         if not hasattr(self.model_class, "algorithm_name"):
             return
-        defaults = self.parser.get_defaults()
-        named = {token[2:].split("=", 1)[0].split(".", 1)[0].rstrip("+") for token in self._argv if token[:2] == "--"}
-        given = {
-            name: config[name]
-            for name in self._module_keys
-            if name in named or not same_value(plain_value(config[name]), plain_value(defaults.get(name)))
-        }
+        named = self.parser.parse_args(self._argv, defaults=False)  # on the command line or in --config, any value
+        given = {name: config[name] for name in self._module_keys if name in named}
         taken = self._settings_of_last(
             self.parser, config.default_root_dir, self.model_class, config.get("env_id"), given, "--", config
         )

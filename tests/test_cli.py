@@ -186,12 +186,12 @@ def test_fit_resumes_from_ckpt_path_with_the_checkpoints_hyper_parameters(tmp_pa
     root = f"--trainer.default_root_dir={tmp_path}"
     make_cli(["fit", "--config", str(VPG_CONFIG), *TINY_VPG, root])
     checkpoint = _version_0(tmp_path) / "checkpoints" / "last.ckpt"
-    # No num_envs / num_steps_per_rollout overrides: they come back from the checkpoint.
+    # No num_envs / num_steps_per_rollout given (no --config either, which gives them all): the checkpoint's.
     tiny_trainer = [arg for arg in TINY_VPG if arg.startswith("--trainer.") and "max_steps" not in arg]
     cli = make_cli(
-        ["fit", "--config", str(VPG_CONFIG), *tiny_trainer, "--trainer.max_steps=4", root, f"--ckpt_path={checkpoint}"]
+        ["fit", "--model=VPGModule", *tiny_trainer, "--trainer.max_steps=4", root, f"--ckpt_path={checkpoint}"]
     )
-    assert cli.model.hparams.num_envs == 8
+    assert cli.model.hparams.num_envs == 8 and cli.model.hparams.lr == 0.02
     assert cli.trainer.global_step == 4
     assert cli.model.env_steps == 4 * 8 * 20
 
@@ -274,12 +274,38 @@ def test_console_script_and_python_m_run_the_same_main():
 def test_ckpt_path_last_resumes_the_newest_run(tmp_path):
     root = f"--trainer.default_root_dir={tmp_path}"
     make_cli(["fit", "--config", str(VPG_CONFIG), *TINY_VPG, root])
-    tiny_trainer = [arg for arg in TINY_VPG if "max_steps" not in arg]
+    tiny_trainer = [arg for arg in TINY_VPG if "max_steps" not in arg]  # the same settings: the same run
     cli = make_cli(
         ["fit", "--config", str(VPG_CONFIG), *tiny_trainer, "--trainer.max_steps=3", root, "--ckpt_path=last"]
     )
     assert cli.trainer.global_step == 3
     assert cli.model.env_steps == 3 * 8 * 20
+
+
+def test_ckpt_path_last_counts_a_config_value_equal_to_the_default_as_given(tmp_path, capsys):
+    """A run with lr 1e-3; `--config C --ckpt_path last`, C saying lr: 0.0025 (PPOModule's default), is another
+    run: exit 2 naming lr (it counted as not given, and the run went on with the checkpoint's 1e-3)."""
+    root = f"--trainer.default_root_dir={tmp_path}"
+    tiny = ["--model.init_args.num_envs=2", "--model.init_args.num_steps_per_rollout=8"]
+    config = tmp_path / "ppo.yaml"
+    text = (
+        "model:\n  class_path: rl_lightning.PPOModule\n  init_args:\n    lr: {lr}\n"
+        "trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        "      init_args:\n        filename: last\n"
+    )
+    config.write_text(text.format(lr=0.001))
+    make_cli(["fit", "--config", str(config), *tiny, "--trainer.max_steps=1", root])
+    config.write_text(text.format(lr=0.0025))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        make_cli(["fit", "--config", str(config), *tiny, "--trainer.max_steps=2", root, "--ckpt_path=last"])
+    assert exit_info.value.code == 2
+    assert "a run with other settings than the ones given: --model.init_args.lr 0.0025 (checkpoint: 0.001)." in (
+        capsys.readouterr().err
+    )
+    config.write_text(text.format(lr=0.001))
+    cli = make_cli(["fit", "--config", str(config), *tiny, "--trainer.max_steps=2", root, "--ckpt_path=last"])
+    assert cli.trainer.global_step == 2 and cli.model.hparams.lr == 0.001
 
 
 @pytest.mark.parametrize("config_path", PPO_CONFIGS, ids=lambda path: path.stem)

@@ -101,6 +101,18 @@ def test_ckpt_path_last_names_its_checkpoint_takes_the_settings_not_given_and_re
     assert cli.ckpt_path == last and cli.model.hparams.lr == 3e-4
 
 
+def test_a_scripts_ckpt_path_last_counts_a_config_value_equal_to_the_default_as_given(capsys):
+    """A script run with --lr 1e-3; `--config C --ckpt_path last`, C saying lr: 0.0025 (PPOModule's default), is
+    another run: exit 2 naming --lr (it counted as not given: the run went on with the checkpoint's 1e-3)."""
+    _fit(PPOModule, *TINY_PPO, "--lr", "1e-3")
+    Path("default_lr.yaml").write_text("lr: 0.0025\n")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        _script(PPOModule, "--config", "default_lr.yaml", "--ckpt_path", "last", "--max_steps", "4")
+    assert exit_info.value.code == 2
+    assert "a run with other settings than the ones given: --lr 0.0025 (checkpoint: 0.001)." in capsys.readouterr().err
+
+
 def test_best_checkpoints_are_named_by_env_steps_after_a_resume_too():
     """VPG: 4 envs x 16 steps a rollout (one update); 2 updates, then resumed to 4: the resumed run's best
     checkpoint says the env steps it holds (the charts' x-axis), not the epochs and updates of the run."""
