@@ -23,10 +23,12 @@ import json
 import os
 import platform
 import re
+import shlex
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -79,8 +81,9 @@ def reference_env(env_id: str) -> Any:
     return gym.wrappers.TransformObservation(env, lambda obs: np.asarray(obs[list(parts)], np.float32), space)
 
 
-def worker(config: str, seed: int, root_dir: str) -> dict[str, Any]:
-    """Train one config with one seed in this process and measure what it left (a JSON-able dict)."""
+def worker(config: str, seed: int, root_dir: str, fit_args: Sequence[str] = ()) -> dict[str, Any]:
+    """Train one config with one seed in this process and measure what it left (a JSON-able dict); ``fit_args``
+    go after the config's (``--trainer.max_steps 400``: a setting tried while tuning)."""
     import torch
 
     torch.set_num_threads(1)
@@ -91,9 +94,8 @@ def worker(config: str, seed: int, root_dir: str) -> dict[str, Any]:
     from rl_lightning.cli import make_cli
 
     path = ROOT / "configs" / f"{config}.yaml"
-    cli = make_cli(
-        ["fit", "--config", str(path), "--model.init_args.seed", str(seed), "--trainer.default_root_dir", root_dir]
-    )
+    given = ["--config", str(path), "--model.init_args.seed", str(seed), "--trainer.default_root_dir", root_dir]
+    cli = make_cli(["fit", *given, *fit_args])
     trainer, module = cli.trainer, cli.model
     stopper = next(c for c in trainer.callbacks if isinstance(c, EarlyStopping))
     evaluation = next(c for c in trainer.callbacks if isinstance(c, Evaluation))
@@ -117,13 +119,14 @@ def worker(config: str, seed: int, root_dir: str) -> dict[str, Any]:
     }
 
 
-def run_one(label: str, config: str, seed: int) -> Run:
+def run_one(label: str, config: str, seed: int, fit_args: str = "") -> Run:
     """One run in a subprocess of its own (``nice -n 5``, one thread), its result line parsed."""
     import tempfile
 
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory() as root_dir:
         command = ["nice", "-n", "5", sys.executable, __file__, "--worker", config, str(seed), root_dir]
+        command.append(f"--fit_args={fit_args}")  # "=": a value that starts with "--"
         started = time.perf_counter()
         process = subprocess.run(command, capture_output=True, text=True, env=environment, check=False, cwd=root_dir)
         wall = time.perf_counter() - started
@@ -262,11 +265,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", default="1000-1009", help="e.g. 1000-1009 or 0,3,7 (tune below 1000)")
     parser.add_argument("--label", default="current", help="the rows' label, e.g. before / after / tuning")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--fit_args", default="", help='more fit flags: --fit_args="--trainer.max_steps 400" (tuning)')
     parser.add_argument("--worker", nargs=3, metavar=("CONFIG", "SEED", "ROOT_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         config, seed, root_dir = args.worker
-        print("RESULT " + json.dumps(worker(config, int(seed), root_dir)), flush=True)
+        result = worker(config, int(seed), root_dir, shlex.split(args.fit_args))
+        print("RESULT " + json.dumps(result), flush=True)
         return
     for config in args.configs:
         if not (ROOT / "configs" / f"{config}.yaml").exists():
@@ -276,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
     seeds = parse_seeds(args.seeds)
     for config in args.configs:
         for seed in seeds:
-            run = run_one(args.label, config, seed)
+            run = run_one(args.label, config, seed, args.fit_args)
             runs = [
                 old for old in read_runs(args.out) if (old.label, old.config, old.seed) != (run.label, config, seed)
             ]

@@ -207,7 +207,8 @@ class Evaluation(L.Callback):
     ``EarlyStopping(monitor="eval/episodic_return", stopping_threshold=475, mode="max")`` and
     ``ModelCheckpoint(monitor="eval/episodic_return", mode="max")`` work. Values are logged only
     when an evaluation ran (at the env step it ran at); between evaluations the monitored key keeps
-    its last value in ``trainer.callback_metrics``.
+    its last value in ``trainer.callback_metrics``. :class:`StopWhenSolved` (after it in the callbacks) stops
+    the run once solved, confirmed on fresh episodes (:meth:`confirm`): the fixed start states can be overfit.
 
     The evaluation envs are built once (``pl_module.make_envs``, one copy per episode) and kept until the fit
     ends, each evaluation re-seeding them with ``seed``: the same start states as fresh envs, without building
