@@ -366,7 +366,10 @@ def check_address(address: str, timeout: float = ADDRESS_TIMEOUT_S) -> None:
     Raises:
         ValueError: for an address that is not ``HOST:PORT``.
         ConnectionError: when nothing answers there.
+        ValueError: when another service answers there (no gRPC handshake, as Ray's GCS and Ray Client give).
     """
+    from rl_lightning.envs.ray_vector import check_grpc_handshake
+
     if address in ("auto", "local"):
         return
     host, _, port = address.split("://", 1)[-1].rpartition(":")
@@ -380,6 +383,7 @@ def check_address(address: str, timeout: float = ADDRESS_TIMEOUT_S) -> None:
             f"no Ray cluster answers at address {address} within {timeout:g} s ({error}): start one there with "
             "`ray start --head --port PORT`, or check the host and port"
         ) from error
+    check_grpc_handshake(address, host.strip("[]"), int(port), timeout)
 
 
 def connect(address: str | None = None, *, num_cpus: int | None = None) -> dict[str, float]:

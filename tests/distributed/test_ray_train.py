@@ -2,12 +2,15 @@
 workers, one log directory, the start line and report once), it resumes exactly from Ray's checkpoint, and bad
 input fails within seconds."""
 
+import contextlib
 import logging
 import os
 import runpy
 import socket
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -231,6 +234,28 @@ def test_an_unreachable_address_is_a_clear_error_within_seconds():
     assert "no Ray cluster answers at address 192.0.2.254:6379 within 1 s" in message and seconds < 3
     message, _ = _timed_error(ValueError, check_address, "head-node")
     assert "address 'head-node' is not HOST:PORT" in message
+
+
+def test_an_address_where_another_service_answers_is_a_clear_error_within_seconds():
+    """Another service on the port (it accepts, then answers no gRPC handshake): an error naming it within the
+    timeout, not Ray Train's connect retrying for minutes."""
+
+    class Garbage(socketserver.BaseRequestHandler):
+        def handle(self):
+            with contextlib.suppress(OSError):
+                self.request.sendall(b"HTTP/1.0 400 not ray\r\n\r\n")
+                time.sleep(3)
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Garbage)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        message, seconds = _timed_error(ValueError, check_address, address, timeout=1.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert f"address '{address}' answered, but not as a Ray cluster" in message and seconds < 4
 
 
 def test_the_script_refuses_bad_input_naming_it(ray_cluster, tmp_path, monkeypatch, capsys):
