@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -425,11 +426,20 @@ def run_label(run_dir: str | Path) -> str:
 
 def expand_runs(run_dir: str | Path) -> list[str]:
     """``run_dir`` itself, or, for a directory of runs (``lightning_logs/PPO-CartPole-v1``: ``version_*``
-    subdirectories and no event file of its own), each of its runs in version order."""
+    subdirectories and no event file of its own), each of its runs in version order; a run there without
+    TensorBoard event files (stopped before its first log, or logged elsewhere: W&B, MLflow) is skipped with a
+    warning on stderr, unless none has any (then the directory stays, for its error)."""
     path = Path(run_dir)
     versions = [child for child in path.glob("version_*") if child.is_dir()]
     if versions and not list(path.glob("events.out.tfevents.*")):
-        return [str(child) for child in sorted(versions, key=lambda child: int(child.name[8:] or 0))]
+        versions.sort(key=lambda child: int(child.name[8:]) if child.name[8:].isdigit() else -1)
+        logged = [child for child in versions if next(child.rglob("events.out.tfevents.*"), None) is not None]
+        if not logged:
+            return [str(run_dir)]
+        for child in versions:
+            if child not in logged:
+                print(f"warning: skipped {child}: no TensorBoard event files in it", file=sys.stderr)
+        return [str(child) for child in logged]
     return [str(run_dir)]
 
 

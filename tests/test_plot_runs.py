@@ -289,3 +289,27 @@ def test_cli_labels_runs_by_what_ran_and_takes_a_directory_of_runs(tmp_path):
     assert _column(rows, "VPG-CartPole-v1", "num_runs") == [3, 3, 3, 3]
     np.testing.assert_allclose(_column(rows, "VPG-CartPole-v1", "iqm"), np.array(RETURNS) + 1.0)
     assert _column(rows, "DQN-CartPole-v1", "num_runs") == [1, 1, 1, 1]
+
+
+def test_a_run_without_event_files_in_a_directory_of_runs_is_skipped_with_a_warning(tmp_path, capsys):
+    """One run of lightning_logs/<run> that logged nothing (stopped at once, or a W&B-only run) no longer refuses
+    the whole directory: it is skipped, named on stderr; the others are plotted."""
+    logs = tmp_path / "lightning_logs" / "VPG-CartPole-v1"
+    for version in (0, 2):
+        _write_run(logs / f"version_{version}", [v + version for v in RETURNS], True)
+    (logs / "version_1" / "checkpoints").mkdir(parents=True)  # a run with no events
+    out = tmp_path / "plot.png"
+
+    plot_runs.main([str(logs), "--stat", "mean", "--out", str(out)])
+
+    assert f"warning: skipped {logs / 'version_1'}: no TensorBoard event files in it" in capsys.readouterr().err
+    _, rows = _read_csv(tmp_path / "plot.csv")
+    assert _column(rows, "VPG-CartPole-v1", "num_runs") == [2, 2, 2, 2]
+    np.testing.assert_allclose(_column(rows, "VPG-CartPole-v1", "mean"), np.array(RETURNS) + 1.0)
+    empty = tmp_path / "empty" / "PPO-CartPole-v1"
+    (empty / "version_0").mkdir(parents=True)
+    with pytest.raises(SystemExit) as exit_info:  # no run with events at all: the error names the directory
+        plot_runs.main([str(empty), "--out", str(out)])
+    assert exit_info.value.code == 2 and f"no TensorBoard event files (events.out.tfevents.*) under {empty}" in (
+        capsys.readouterr().err
+    )
