@@ -6,7 +6,9 @@ Loads the checkpoint with the module class that saved it (VPGModule, DQNModule, 
 ``--episodes`` greedy episodes, prints their returns and, with ``--video``, writes an MP4 of the
 first env (drawn by the native env's ``draw``, or by gymnasium's own renderer for a gymnasium id or
 ``--backend gymnasium``). ``--env_id`` plays the policy on another env with the same spaces (e.g.
-``CartPole-v1`` through gymnasium: ``--env_id CartPole-v1 --backend gymnasium``).
+``CartPole-v1`` through gymnasium: ``--env_id CartPole-v1 --backend gymnasium``). A model trained in Ray's
+workers plays here, in gymnasium's env (a file chooses no Ray cluster: ``rl_lightning.trust``); ``--backend ray``
+steps it in local Ray workers.
 
     python scripts/enjoy.py --ckpt_path lightning_logs/PPO-CartPole-v1/version_0/checkpoints/last.ckpt \\
         --video cartpole.mp4
@@ -20,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from rl_lightning.envs.ray_vector import RAY_OPTIONS
 from rl_lightning.envs.registry import BACKENDS, is_native_env_id, make_envs
 from rl_lightning.hub import load_checkpoint, load_pretrained
 from rl_lightning.playing import play_greedy
@@ -50,6 +53,8 @@ def play(module, episodes: int, seed: int, backend: str, video: Path | None, max
     env_kwargs = dict(module.hparams.get("env_kwargs") or {})
     if backend == "auto":
         backend = module.hparams.get("env_backend", "auto")
+    if backend != "ray":  # Ray's options (workers, a cluster's address) are no env's: played here, in this process
+        env_kwargs = {key: value for key, value in env_kwargs.items() if key not in RAY_OPTIONS}
     native = backend == "torch" or (backend == "auto" and is_native_env_id(env_id))
     if env_kwargs and native:
         raise ValueError(

@@ -1,0 +1,152 @@
+"""Issue 46: no file chooses where the process connects or what it runs. A checkpoint's ``env_backend="ray"`` with
+a cluster's ``address``, or ``compile={"options": {"cpp.cxx": ...}}`` (the C++ compiler inductor runs), is left out
+for the local, safe value with one note, unless the user gives it (flags, keyword arguments) or trusts the file
+(``--trust_checkpoint``, ``trust_remote_code=True``): ``rl_lightning.trust.local_file_settings``."""
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from quiet_trainer import quiet_trainer
+
+from rl_lightning import PPOModule
+from rl_lightning.trust import local_file_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTE = "may not choose where this process connects or what it runs; left out: "
+HOW_TO_KEEP = (
+    ". To keep one, give it yourself (a flag on the command line, a keyword argument in code), or trust the file "
+    "(--trust_checkpoint; in code: trust_remote_code=True)"
+)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    path = tmp_path_factory.mktemp("untrusted") / "ppo.ckpt"
+    trainer = quiet_trainer(max_steps=1)
+    trainer.fit(PPOModule(num_envs=4, num_steps_per_rollout=8))
+    trainer.save_checkpoint(path)
+    return path
+
+
+def _edited(saved: Path, path: Path, **hparams) -> Path:
+    checkpoint = torch.load(saved, weights_only=True)
+    checkpoint["hyper_parameters"].update(hparams)
+    torch.save(checkpoint, path)
+    return path
+
+
+class _Listener:
+    """A TCP port on 127.0.0.1 that counts the connections made to it (a Ray cluster's head, as a file names it)."""
+
+    def __init__(self):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.2)
+        self.address = f"127.0.0.1:{self.server.getsockname()[1]}"
+        self.connections, self._stop = 0, threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self._stop.is_set():
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            connection.close()
+
+    def close(self):
+        self._stop.set()
+        self.thread.join()
+        self.server.close()
+
+
+@pytest.fixture
+def listener():
+    listening = _Listener()
+    yield listening
+    listening.close()
+
+
+def test_local_file_settings_leaves_out_each_process_level_setting_and_says_so_once(capsys):
+    hparams = {
+        "lr": 0.1,
+        "env_backend": "ray",
+        "env_kwargs": {"num_workers": 2, "address": "10.0.0.1:6379", "max_episode_steps": 50, "log_dir": "/x"},
+        "compile": {"options": {"cpp.cxx": [None, "/tmp/cc"]}, "backend": "tvm", "mode": "default", "fullgraph": True},
+    }
+    local = local_file_settings(hparams, "run.ckpt")
+    assert local == {
+        "lr": 0.1,
+        "env_backend": "gymnasium",  # the env Ray's workers stepped, stepped here
+        "env_kwargs": {"max_episode_steps": 50},
+        "compile": {"mode": "default", "fullgraph": True},
+    }
+    assert hparams["env_kwargs"]["address"] == "10.0.0.1:6379"  # a copy: the file's dict is as read
+    err = capsys.readouterr().err
+    assert err == (
+        f"note: run.ckpt {NOTE}env_backend 'ray' (now 'gymnasium'), env_kwargs['num_workers'] 2, env_kwargs['address'] "
+        "'10.0.0.1:6379', env_kwargs['log_dir'] '/x', compile['options'] {'cpp.cxx': [None, '/tmp/cc']}, "
+        f"compile['backend'] 'tvm'{HOW_TO_KEEP}\n"
+    )
+    plain = {"env_backend": "envpool", "env_kwargs": {"num_threads": 4}, "compile": {"backend": "inductor"}}
+    assert local_file_settings(plain, "run.ckpt") == plain and capsys.readouterr().err == ""
+
+
+def test_load_from_checkpoint_builds_a_file_s_ray_and_compile_settings_locally_unless_given_or_trusted(
+    saved, tmp_path, capsys
+):
+    ray = {"env_backend": "ray", "env_kwargs": {"num_workers": 1, "address": "127.0.0.1:1"}}
+    path = _edited(saved, tmp_path / "edited.ckpt", **ray, compile={"options": {"cpp.cxx": (None, "/tmp/cc")}})
+    module = PPOModule.load_from_checkpoint(path)
+    assert (module.hparams.env_backend, module.hparams.env_kwargs, module.hparams.compile) == ("gymnasium", {}, {})
+    assert f"note: {path} {NOTE}env_backend 'ray' (now 'gymnasium')" in capsys.readouterr().err
+    mine = PPOModule.load_from_checkpoint(path, env_backend="ray", env_kwargs={"num_workers": 2})  # the caller's
+    assert (mine.hparams.env_backend, mine.hparams.env_kwargs, mine.hparams.compile) == ("ray", {"num_workers": 2}, {})
+    assert capsys.readouterr().err.endswith(f"{NOTE}compile['options'] {{'cpp.cxx': (None, '/tmp/cc')}}{HOW_TO_KEEP}\n")
+    trusted = PPOModule.load_from_checkpoint(path, trust_remote_code=True)
+    assert trusted.hparams.env_kwargs["address"] == "127.0.0.1:1"
+    assert trusted.hparams.compile == {"options": {"cpp.cxx": (None, "/tmp/cc")}}
+    assert "note:" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_validate_and_enjoy_of_a_checkpoint_naming_a_ray_cluster_run_here_and_connect_nowhere(
+    saved, tmp_path, listener
+):
+    ray = {"env_backend": "ray", "env_kwargs": {"num_workers": 1, "address": listener.address}}
+    path = _edited(saved, tmp_path / "ray.ckpt", **ray)
+    commands = {
+        "validate": [sys.executable, "-m", "rl_lightning", "validate", "--ckpt_path", str(path)],
+        "enjoy": [sys.executable, str(ROOT / "scripts" / "enjoy.py"), "--ckpt_path", str(path), "--episodes", "1"],
+    }
+    for name, command in commands.items():
+        result = subprocess.run(command, capture_output=True, text=True, timeout=90, cwd=tmp_path)
+        assert result.returncode == 0, (name, result.stderr[-2000:])
+        assert f"{NOTE}env_backend 'ray' (now 'gymnasium'), env_kwargs['num_workers'] 1, " in result.stderr
+        assert "CartPole-v1" in result.stdout
+    assert listener.connections == 0
+
+
+@pytest.mark.slow
+def test_fit_from_a_checkpoint_naming_a_compiler_does_not_run_it(saved, tmp_path):
+    """compile={"options": {"cpp.cxx": [None, SCRIPT]}}: inductor runs SCRIPT as its C++ compiler. From an untrusted
+    checkpoint the run compiles with the default compiler; SCRIPT (it would write MARKER) never runs."""
+    marker, script = tmp_path / "MARKER", tmp_path / "cxx.sh"
+    script.write_text(f'#!/bin/sh\ntouch "{marker}"\nexec g++ "$@"\n')
+    script.chmod(0o755)
+    path = _edited(saved, tmp_path / "cxx.ckpt", compile={"options": {"cpp.cxx": (None, str(script))}})
+    command = [sys.executable, "-m", "rl_lightning", "fit", "--ckpt_path", str(path), "--trainer.max_steps=2"]
+    command += [f"--trainer.default_root_dir={tmp_path}"]
+    environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}  # compiled afresh
+    result = subprocess.run(command, capture_output=True, text=True, timeout=400, env=environment)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not marker.exists()
+    assert "(of which compiling: " in result.stdout  # it compiled, with the default compiler
+    assert f"compile['options'] {{'cpp.cxx': (None, '{script}')}}{HOW_TO_KEEP}" in result.stderr
