@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from rl_lightning.envs.ray_vector import RAY_OPTIONS
+from rl_lightning.envs.ray_vector import RAY_OPTIONS, options_for
 from rl_lightning.envs.registry import BACKENDS, is_native_env_id, make_envs
 from rl_lightning.hub import load_checkpoint, load_pretrained
 from rl_lightning.playing import play_greedy
@@ -53,7 +53,9 @@ def play(module, episodes: int, seed: int, backend: str, video: Path | None, max
     env_kwargs = dict(module.hparams.get("env_kwargs") or {})
     if backend == "auto":
         backend = module.hparams.get("env_backend", "auto")
-    if backend != "ray":  # Ray's options (workers, a cluster's address) are no env's: played here, in this process
+    if backend == "ray":  # as many workers as trained with, up to one per env copy
+        env_kwargs = options_for(env_kwargs, 1)
+    else:  # Ray's options (workers, a cluster's address) are no env's: played here, in this process
         env_kwargs = {key: value for key, value in env_kwargs.items() if key not in RAY_OPTIONS}
     native = backend == "torch" or (backend == "auto" and is_native_env_id(env_id))
     if env_kwargs and native:

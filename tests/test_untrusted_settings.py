@@ -150,3 +150,34 @@ def test_fit_from_a_checkpoint_naming_a_compiler_does_not_run_it(saved, tmp_path
     assert not marker.exists()
     assert "(of which compiling: " in result.stdout  # it compiled, with the default compiler
     assert f"compile['options'] {{'cpp.cxx': (None, '{script}')}}{HOW_TO_KEEP}" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_model_trained_in_ray_workers_plays_and_validates_here(tmp_path):
+    """PPO trained with env_backend="ray" and 2 workers: enjoy.py (its backend, and --backend gymnasium) and
+    validate play it in gymnasium's env in this process. Before, enjoy asked Ray for 2 workers for its one env (exit
+    2), --backend gymnasium handed gymnasium.make num_workers (a traceback)."""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'rl_lightning[ray]')")
+    from rl_lightning.envs.ray_vector import init_ray
+
+    init_ray(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    try:
+        module = PPOModule(num_envs=2, num_steps_per_rollout=8, env_backend="ray", env_kwargs={"num_workers": 2})
+        trainer = quiet_trainer(max_steps=1)
+        trainer.fit(module)
+        trainer.save_checkpoint(tmp_path / "ray.ckpt")
+    finally:
+        ray.shutdown()
+    path = str(tmp_path / "ray.ckpt")
+    enjoy = [sys.executable, str(ROOT / "scripts" / "enjoy.py"), "--ckpt_path", path, "--episodes", "1"]
+    validate = [sys.executable, "-m", "rl_lightning", "validate", "--ckpt_path", path]
+    played = "CartPole-v1: 1 greedy episodes, returns ["
+    for command, out in [(enjoy, played), ([*enjoy, "--backend", "gymnasium"], played), (validate, "greedy eval")]:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=90, cwd=tmp_path)
+        assert result.returncode == 0, (command, result.stderr[-2000:])
+        assert f"{NOTE}env_backend 'ray' (now 'gymnasium'), env_kwargs['num_workers'] 2{HOW_TO_KEEP}" in result.stderr
+        assert out in result.stdout and "Traceback" not in result.stderr
+    # Trusted, it plays in Ray's workers as trained (a local Ray: the checkpoint named no cluster), one for its env.
+    result = subprocess.run([*enjoy, "--trust_checkpoint"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0 and played in result.stdout, result.stderr[-2000:]
+    assert "note:" not in result.stderr
