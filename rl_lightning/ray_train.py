@@ -392,12 +392,25 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> dict[
     Returns the cluster's resources (``ray.cluster_resources()``)."""
     if not ray.is_initialized():
         address = address or os.environ.get("RAY_ADDRESS") or None
+        # Without a dashboard Ray's state API is absent, and Ray Train's placement group cleaner warns that it cannot
+        # query it every second of a run that succeeds: this job's workers run quiet_ray_train_logs first.
+        quiet = {"runtime_env": {"worker_process_setup_hook": f"{__name__}.quiet_ray_train_logs"}}
         if address is not None:
             check_address(address)
-            init_ray(address=address, logging_level=logging.WARNING)
+            init_ray(address=address, logging_level=logging.WARNING, **quiet)
         else:
-            init_ray(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING)
+            init_ray(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING, **quiet)
     return ray.cluster_resources()
+
+
+def quiet_ray_train_logs() -> None:
+    """Run by each Ray worker of a job that :func:`connect` started: Ray Train's placement group cleaner logs only
+    errors (without a dashboard it warns about the absent state API once a second of a run that succeeds), and its
+    autoscaling client's timeouts, which Ray's own message calls "safe to ignore" (a busy CPU), are not printed as
+    tracebacks."""
+    internal = "ray.train.v2._internal.execution"
+    logging.getLogger(f"{internal}.controller.placement_group_cleaner").setLevel(logging.ERROR)
+    logging.getLogger(f"{internal}.scaling_policy.autoscaling_coordinator_client").setLevel(logging.CRITICAL)
 
 
 def check_cluster_resources(
