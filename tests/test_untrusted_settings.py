@@ -15,6 +15,7 @@ import torch
 from quiet_trainer import quiet_trainer
 
 from rl_lightning import PPOModule
+from rl_lightning.cli import make_cli
 from rl_lightning.trust import local_file_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,6 +115,23 @@ def test_load_from_checkpoint_builds_a_file_s_ray_and_compile_settings_locally_u
     assert trusted.hparams.env_kwargs["address"] == "127.0.0.1:1"
     assert trusted.hparams.compile == {"options": {"cpp.cxx": (None, "/tmp/cc")}}
     assert "note:" not in capsys.readouterr().err
+
+
+def test_ckpt_path_last_takes_no_process_level_setting_from_its_checkpoint(
+    saved, tmp_path, listener, capsys, monkeypatch
+):
+    monkeypatch.setattr(sys, "argv", ["rl-lightning"])  # LightningCLI warns when given both args and a command line
+    last = tmp_path / "lightning_logs" / "PPO-CartPole-v1" / "version_0" / "checkpoints" / "last.ckpt"
+    last.parent.mkdir(parents=True)
+    _edited(saved, last, env_backend="ray", env_kwargs={"num_workers": 1, "address": listener.address})
+    cli = make_cli(["validate", "--model=PPOModule", "--ckpt_path=last", f"--trainer.default_root_dir={tmp_path}"])
+    assert (cli.model.hparams.env_backend, cli.model.hparams.env_kwargs, cli.model.hparams.num_envs) == (
+        "gymnasium",
+        {},
+        4,  # the settings not given come back from the checkpoint; its process-level ones do not
+    )
+    assert f"note: --ckpt_path last ({last}) {NOTE}env_backend 'ray' (now 'gymnasium')" in capsys.readouterr().err
+    assert listener.connections == 0
 
 
 @pytest.mark.slow
