@@ -105,7 +105,9 @@ class RLLightningCLI(LightningCLI):
             "--trust_checkpoint",
             action="store_true",
             help="the --ckpt_path file is yours: allow any class path in its hyper-parameters (by default only "
-            "rl_lightning's algorithms and gymnasium's wrappers; nothing else is imported from a checkpoint)",
+            "rl_lightning's algorithms and gymnasium's wrappers; nothing else is imported from a checkpoint), and take "
+            "its process-level settings (by default env_backend ray, Ray's env_kwargs and compile's options are left "
+            "out: the run is local)",
         )
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:

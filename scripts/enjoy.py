@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> None:
         "--trust_checkpoint",
         action="store_true",
         help="the checkpoint (or pretrained folder) is yours: allow any class path in its hyper-parameters (by "
-        "default only "
-        "rl_lightning's algorithms and gymnasium's wrappers)",
+        "default only rl_lightning's algorithms and gymnasium's wrappers) and take its Ray settings (by default it "
+        "plays in this process)",
     )
     args = parser.parse_args(argv)
     if args.episodes < 1:
