@@ -266,17 +266,24 @@ class RLModule(L.LightningModule):
 
     # -- envs and data -------------------------------------------------------------------
 
-    def make_envs(self, num_envs: int, seed: int, render: bool = False, compile: bool = False) -> VectorEnv:
+    def make_envs(
+        self, num_envs: int, seed: int, render: bool = False, compile: bool = False, workers: bool = False
+    ) -> VectorEnv:
         """A fresh instance of the module's env with ``num_envs`` copies on its device; ``render``
         builds a gymnasium env able to ``render()`` its frames (native envs ``draw`` any obs); ``compile``
-        runs a native env's dynamics through ``torch.compile`` (the training envs of ``compile=True``)."""
+        runs a native env's dynamics through ``torch.compile`` (the training envs of ``compile=True``); ``workers``:
+        in the Ray env workers of ``env_backend="ray"`` (the training envs). Other envs of a Ray run (evaluation,
+        videos, the Hub card) are the same gymnasium env in this process: a few copies, no frames over the network,
+        and a renderer that fails is a warning here, not a dead worker."""
         options = {**self._env_options, "render": True} if render and self._renders_frames else self._env_options
         if compile:
             options = {**options, "compile": True}
         if options["backend"] == "ray":
-            from rl_lightning.envs.ray_vector import options_for
+            from rl_lightning.envs.ray_vector import options_for, split_ray_options
 
-            options = options_for(options, num_envs)
+            options = (
+                options_for(options, num_envs) if workers else {**split_ray_options(options)[1], "backend": "gymnasium"}
+            )
         return make_envs(self.hparams.env_id, num_envs, seed=seed, device=self.device, **options)
 
     @property
@@ -331,9 +338,11 @@ class RLModule(L.LightningModule):
         seed, rank, world_size, num_envs = self.hparams.seed, self.global_rank, self.world_size, self.hparams.num_envs
         # Rank r's envs get the seeds gymnasium would give envs r * n .. r * n + n - 1 of one vector
         # env of all ranks (its sub-env i is seeded seed + i): no two envs of a run share a seed.
-        # (compile passed only when on: an override of make_envs written before it keeps working)
-        compile = {"compile": True} if self._compiles_env_step else {}
-        envs = self.make_envs(num_envs, seed + rank * num_envs, **compile)
+        # (compile and workers passed only when on: an override of make_envs written before them keeps working)
+        options = {"compile": True} if self._compiles_env_step else {}
+        if self._env_options["backend"] == "ray":
+            options["workers"] = True
+        envs = self.make_envs(num_envs, seed + rank * num_envs, **options)
         source = self.make_source(envs)
         source.configure_run(derive_seed(seed, "actions", rank), world_size, self._start_env_steps)
         source.should_stop = self._received_sigterm

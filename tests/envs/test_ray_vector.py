@@ -277,6 +277,46 @@ def test_every_algorithm_trains_on_ray_workers_exactly_as_in_process(algorithm):
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
 
 
+def test_a_ray_runs_training_envs_step_in_its_workers_and_its_evaluation_and_videos_here():
+    """The Ray workers' options (num_workers) reach the training envs only: evaluation and video envs are the same
+    gymnasium env in this process (they reached MuJoCo's constructor, or asked for more workers than copies)."""
+    from rl_lightning.callbacks import Evaluation
+    from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
+
+    module = SACModule(
+        "Pendulum-v1",
+        num_envs=2,
+        learning_starts=40,
+        batch_size=16,
+        env_backend="ray",
+        env_kwargs={"num_workers": 2, "max_episode_steps": 20},
+    )
+    local = module.make_envs(1, 0, render=True)  # one copy: a worker each would be 2 for 1 env
+    assert isinstance(local, GymnasiumVectorEnv) and local.max_episode_steps == 20 and local.can_render
+    local.close()
+    built, make_envs = [], module.make_envs
+
+    def spy(num_envs, seed, **options):
+        envs = make_envs(num_envs, seed, **options)
+        built.append((num_envs, options.get("workers", False), type(envs)))
+        return envs
+
+    module.make_envs = spy
+    trainer = L.Trainer(
+        max_steps=40,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        accelerator="cpu",
+        callbacks=[Evaluation(every_n_env_steps=40, num_eval_episodes=1)],
+    )
+    trainer.fit(module)
+    assert module.env_steps >= 80 and torch.isfinite(trainer.callback_metrics["eval/episodic_return"])
+    assert (2, True, RayVectorEnv) in built  # the training envs
+    assert (1, False, GymnasiumVectorEnv) in built  # the evaluation's
+    assert all(envs is GymnasiumVectorEnv for _, workers, envs in built if not workers)
+
+
 def test_ddp_ranks_each_step_their_own_ray_workers_and_stay_in_sync(tmp_path):
     script = Path(__file__).with_name("ray_ddp_fit.py")
     process = subprocess.run(
