@@ -42,9 +42,9 @@ def default_callbacks(
         solved_return: the greedy return that stops the run (None: the env's, ``envs.solved_return``).
         stop_when_solved: False trains for the whole budget.
     """
-    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+    from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from rl_lightning.callbacks import CheckpointOnStop, Evaluation, GridVideoLogger
+    from rl_lightning.callbacks import CheckpointOnStop, Evaluation, GridVideoLogger, StopWhenSolved
     from rl_lightning.checkpoints import EnvStepCheckpoint
     from rl_lightning.envs import solved_return as env_solved_return
 
@@ -70,15 +70,8 @@ def default_callbacks(
     elif threshold is None:
         note = f"no solved return known for {env_id}: trains for the whole budget (--solved_return R stops it at R)"
     else:
-        callbacks.append(
-            EarlyStopping(
-                monitor="eval/episodic_return",
-                stopping_threshold=threshold,
-                mode="max",
-                patience=10**9,  # stop on the threshold only, never for lack of improvement
-                check_on_train_epoch_end=True,
-            )
-        )
+        # >= the threshold (EarlyStopping needs more), and confirmed on fresh episodes before the run stops
+        callbacks.append(StopWhenSolved(threshold))
     callbacks.append(RunLines(note))
     return callbacks
 
@@ -334,6 +327,12 @@ def report(trainer: L.Trainer, module: Any, seconds: float, run_dir: str | None 
     else:
         eval_text = "no evaluation"
     reached = threshold is not None and metrics and metrics["eval/episodic_return"] >= threshold
+    if reached and hasattr(early, "solved_at"):  # StopWhenSolved: solved only once confirmed on fresh episodes
+        reached = early.solved_at is not None
+    if evaluation is not None and evaluation.confirmations and metrics:
+        confirmed_at, confirmed = evaluation.confirmations[-1]
+        if confirmed_at == module.env_steps:
+            eval_text += f", {confirmed:.1f} on fresh episodes"
     if reached and (stop_reason == "STOPPING_THRESHOLD" or trainer.global_step >= trainer.max_steps != -1):
         outcome = "solved"  # early, or by the evaluation at the budget's end
     elif trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:

@@ -2,7 +2,7 @@
 
 from rl_lightning.callbacks.budget import EnvStepBudget
 from rl_lightning.callbacks.epsilon import EpsilonDecay
-from rl_lightning.callbacks.evaluation import Evaluation, evaluate_policy
+from rl_lightning.callbacks.evaluation import Evaluation, StopWhenSolved, evaluate_policy
 from rl_lightning.callbacks.interrupt import CheckpointOnStop
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
 from rl_lightning.callbacks.target_sync import TargetNetworkSync, update_target_network
@@ -17,6 +17,7 @@ __all__ = [
     "Evaluation",
     "GridVideoLogger",
     "LinearLRDecay",
+    "StopWhenSolved",
     "TargetNetworkSync",
     "evaluate_policy",
     "update_target_network",
