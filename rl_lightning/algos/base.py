@@ -69,6 +69,7 @@ from rl_lightning.export import export_policy, to_torchscript
 from rl_lightning.progress import RLProgressBar
 from rl_lightning.seeding import derive_seed
 from rl_lightning.stopping import CollectiveStop
+from rl_lightning.threads import one_thread_for_small_networks
 from rl_lightning.trust import check_file_hyperparameters, local_file_settings, untrusted
 
 __all__ = ["RLModule", "as_numpy", "is_tensor_input"]
@@ -460,6 +461,9 @@ class RLModule(L.LightningModule):
 
     def teardown(self, stage: str) -> None:
         self._end_whole_updates()
+        threads = self.__dict__.pop("_threads_to_restore", None)
+        if threads is not None:
+            torch.set_num_threads(threads)
         restored = self.__dict__.pop("_trainer_clipping", None)
         if restored is not None and self._attached:
             self.trainer.gradient_clip_val, self.trainer.gradient_clip_algorithm = restored
@@ -653,6 +657,7 @@ class RLModule(L.LightningModule):
 
     def on_fit_start(self) -> None:
         self._check_ranks_start_together()
+        self._threads_to_restore = one_thread_for_small_networks(self)
 
     def on_train_start(self) -> None:
         self._charts.start(self.env_steps)
