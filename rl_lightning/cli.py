@@ -727,7 +727,8 @@ def make_cli(args: ArgsType = None) -> RLLightningCLI:
 
 def main(args: ArgsType = None) -> None:
     """The ``rl-lightning`` console script and ``python -m rl_lightning`` (exit status: 143 after
-    SIGTERM, 130 after Ctrl-C, 1 when training diverged, 0 when done)."""
+    SIGTERM, 130 after Ctrl-C, 2 for a bad value or a setting refused once the run started, 1 when training
+    diverged, 0 when done)."""
     from rl_lightning.scripting import run_script
 
     run_script(lambda: make_cli(args))
