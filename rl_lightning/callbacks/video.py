@@ -3,31 +3,34 @@ W&B, MLflow, CSV)."""
 
 from __future__ import annotations
 
-import copy
 import functools
-import itertools
 import shutil
-import threading
 import time
-import warnings
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import wait as wait_for
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import lightning as L
-import numpy as np
-import torch
 from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
-from PIL import Image
-from torch import Tensor, nn
+from torch import Tensor
 
-from rl_lightning._checks import check_int, check_seed
+from rl_lightning._checks import check_choice, check_float, check_int, check_seed
 from rl_lightning.callbacks.updates import runs_update_hooks
+from rl_lightning.callbacks.video_background import (
+    ClipProgress,
+    ClipWorker,
+    _Cancelled,
+    _frozen_greedy_actor,
+    _FrozenGreedyActor,
+)
+from rl_lightning.callbacks.video_frames import _every_kth_step, greedy_frames, greedy_rollout
+from rl_lightning.callbacks.video_frames import _render_or_explain as _render_or_explain  # re-exported
+from rl_lightning.callbacks.video_frames import _shrink as _shrink  # re-exported
 from rl_lightning.data.rollout import first_episode_stats
-from rl_lightning.playing import play_greedy
+from rl_lightning.envs.mujoco_render import is_mujoco_env_id, lighten_mujoco_rendering, software_rendering_note
 from rl_lightning.protocols import RLModuleProtocol, require
 from rl_lightning.video import encode_mp4, iter_grid_frames, video_summary, write_summary
 
@@ -35,105 +38,6 @@ _CAPTION = (
     "The first 16 envs, row by row. A cell flashes pink for a few frames when its episode ends "
     "(the next frame is the first of a new episode)."
 )
-
-
-def greedy_rollout(pl_module: RLModuleProtocol, num_envs: int, num_steps: int, seed: int) -> tuple[Tensor, Tensor]:
-    """Play ``num_steps`` greedy steps on a fresh env instance.
-
-    Returns:
-        obs ``(num_envs, num_steps, *obs_shape)`` and bool dones ``(num_envs, num_steps)``.
-    """
-    envs = pl_module.make_envs(num_envs, seed)
-    played = play_greedy(pl_module.greedy_actor(), envs, episodes_per_env=None, num_steps=num_steps, keep_obs=True)
-    return played.obs, played.dones
-
-
-def greedy_frames(
-    pl_module: RLModuleProtocol,
-    num_envs: int,
-    num_steps: int,
-    seed: int,
-    frame_stride: int,
-    max_side: int = 160,
-    actor: Callable[[Tensor, Tensor], Tensor] | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Play ``num_steps`` greedy steps on a fresh env instance that renders its own frames (a
-    gymnasium env with an ``rgb_array`` renderer), keeping every ``frame_stride``-th frame,
-    shrunk to at most ``max_side`` pixels a side.
-
-    Args:
-        actor: ``actor(obs, episode_start) -> actions``; None: ``pl_module.greedy_actor()``
-            (``GridVideoLogger`` passes a frozen copy when it plays in the background).
-
-    Returns:
-        uint8 frames ``(num_envs, ceil(num_steps / frame_stride), H, W, 3)`` on the CPU and bool
-        dones ``(num_envs, num_steps)``.
-
-    Raises:
-        NotImplementedError: if the env cannot render.
-    """
-    envs = pl_module.make_envs(num_envs, seed, render=True)
-    renders = itertools.count()
-
-    def frame(obs: Any) -> Tensor:
-        quiet = next(renders) == 0  # GLFW warns with the first render, where the renderer sets up
-        return _shrink(_render_or_explain(envs, pl_module.hparams.env_id, quiet=quiet), max_side)
-
-    try:
-        if not envs.can_render:
-            raise NotImplementedError(f"{type(envs).__name__} cannot render its frames")
-        actor = pl_module.greedy_actor() if actor is None else actor
-        played = play_greedy(
-            actor, envs, episodes_per_env=None, num_steps=num_steps, frame=frame, frame_stride=frame_stride
-        )
-    finally:
-        envs.close()
-    return torch.stack(played.frames, dim=1), played.dones.cpu()
-
-
-def _render_or_explain(envs: Any, env_id: str, quiet: bool = True) -> Tensor:
-    """``envs.render()``, or a ``NotImplementedError`` saying why not: a renderer fails in its own ways
-    (MuJoCo without a display or an OpenGL platform raises its own errors, GLFW warns first).
-
-    ``quiet`` silences the warnings of this call (GLFW's comes with the first render, where the
-    renderer sets up its context). Warning filters are process-wide, so a render played off the
-    training thread silences only its first frame: the training thread's own warnings must not
-    vanish while a clip plays."""
-    try:
-        if not quiet:
-            return envs.render()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # GLFW's "DISPLAY is missing" ahead of the real error
-            return envs.render()
-    except Exception as error:
-        hint = (
-            " (headless MuJoCo renders with MUJOCO_GL=egl, or osmesa)"
-            if ("OpenGL" in str(error) or "GL" in str(type(error).__name__)) and "MUJOCO_GL" not in str(error)
-            else ""
-        )
-        raise NotImplementedError(f"{env_id} failed to render: {type(error).__name__}: {error}{hint}") from error
-
-
-def _shrink(frames: Tensor, max_side: int) -> Tensor:
-    """Average-pool uint8 frames ``(n, H, W, 3)`` by the integer factor that fits ``max_side``
-    (``(n, H // factor, W // factor, 3)``: a partial block at the edge is dropped)."""
-    factor = -(-max(frames.shape[1:3]) // max_side)
-    if factor <= 1:
-        return frames
-    height, width = frames.shape[1] // factor * factor, frames.shape[2] // factor * factor
-    # Pillow's box reduce: ~8x faster than a float avg_pool2d on 16 frames of 400 x 600 (8 vs 63 ms),
-    # the largest cost of a gymnasium clip after the renderer, and it releases the GIL.
-    cropped = np.ascontiguousarray(frames[:, :height, :width].numpy())
-    return torch.from_numpy(np.stack([np.asarray(Image.fromarray(frame).reduce(factor)) for frame in cropped]))
-
-
-def _every_kth_step(obs: Tensor, dones: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """CPU copies of every k-th step's obs ``(n, T, ...)`` and, for each kept step, whether an
-    episode ended on it or on one of the k - 1 skipped steps after it."""
-    obs, dones = obs.to("cpu"), dones.to("cpu")
-    num_steps = dones.shape[1]
-    padded = torch.nn.functional.pad(dones, (0, -num_steps % k))
-    return obs[:, ::k].clone(), padded.view(dones.shape[0], -1, k).any(dim=2)
 
 
 def _identity(frames: Tensor) -> Tensor:
@@ -159,63 +63,12 @@ def _videos_dir(trainer: L.Trainer) -> Path:
     return Path(trainer.default_root_dir) / "videos"
 
 
-class _Cancelled(Exception):
-    """The run stopped with an error while a clip was playing in the background."""
-
-
 class _CannotRender(Exception):
     """The env can neither draw its observations nor render its frames: no more videos this run."""
 
 
 # What a renderer that cannot render raises (see greedy_frames and _render_or_explain).
 _RENDER_ERRORS = (NotImplementedError, ValueError, TypeError)
-
-
-class _FrozenGreedyActor:
-    """``actor(obs, episode_start) -> actions`` of a CPU copy of a greedy policy, as
-    :meth:`RLModule.greedy_actor` plays it (a recurrent policy's state carried from call to call,
-    zeroed where ``episode_start``), for a clip played in the background while training goes on:
-    the copy shares no tensor with the module, so later weight updates never reach it.
-
-    Args:
-        policy: ``pl_module.greedy_policy()``: obs -> actions, or a recurrent one (it has
-            ``initial_state(batch)``): ``(obs, state, episode_start) -> (actions, state)``.
-        cancelled: set when the run stops with an error: the next step raises ``_Cancelled``.
-    """
-
-    def __init__(self, policy: nn.Module, cancelled: threading.Event):
-        self.policy = copy.deepcopy(policy).cpu().eval()
-        self.recurrent = callable(getattr(self.policy, "initial_state", None))
-        self.state: Tensor | None = None
-        self.cancelled = cancelled
-
-    def __call__(self, obs: Tensor, episode_start: Tensor | None = None) -> Tensor:
-        if self.cancelled.is_set():
-            raise _Cancelled
-        cpu_obs = obs.cpu()
-        if not self.recurrent:
-            return self.policy(cpu_obs).to(obs.device)
-        if self.state is None:
-            self.state = self.policy.initial_state(cpu_obs.shape[0])
-        if episode_start is None:
-            episode_start = torch.zeros(cpu_obs.shape[0], dtype=torch.bool)
-        actions, self.state = self.policy(cpu_obs, self.state, episode_start.cpu())
-        return actions.to(obs.device)
-
-
-def _frozen_greedy_actor(pl_module: RLModuleProtocol, cancelled: threading.Event) -> _FrozenGreedyActor | None:
-    """A frozen CPU copy of the module's greedy policy (taken now, on the training thread), or None
-    if the module has no standalone one (then its clip is played on the training thread)."""
-    # greedy_policy is RLModule's, not (yet) part of RLModuleProtocol: a module of your own without
-    # it keeps the old path.
-    greedy_policy = getattr(pl_module, "greedy_policy", None)
-    if greedy_policy is None:
-        return None
-    try:
-        policy = greedy_policy()
-    except (NotImplementedError, ValueError):  # e.g. a recurrent PPO before it could be exported
-        return None
-    return _FrozenGreedyActor(policy, cancelled)
 
 
 def _mean_first_episode_length(dones: Tensor) -> float:
@@ -249,8 +102,8 @@ class GridVideoLogger(L.Callback):
     - any other logger with a ``log_dir`` of its own (CSV): a copy of the MP4 in ``<log_dir>/videos``;
       a logger with neither gets the scalars only.
 
-    Everything after grabbing the clip runs in one background thread on rank 0; a failed render
-    or encode is a warning, never a crash:
+    Everything after grabbing the clip runs in one background (daemon) thread on rank 0; a failed
+    render or encode is a warning, never a crash:
 
     - an env that draws its observations (the native ones): training copies the observations
       (a few ms) and the thread draws and encodes them;
@@ -264,12 +117,15 @@ class GridVideoLogger(L.Callback):
 
     The thread shares the CPU cores and the GIL with training (gymnasium's renderers are Python
     and pygame): while a gymnasium clip plays, training steps are slower (about 2x on 2 cores,
-    ``benchmarks/bench_video.py``): on few cores such a clip still costs training as much time
-    in all as playing it inline, or more; it just no longer stalls a step. ``frame_stride`` and
-    the period trade that against the videos.
+    ``benchmarks/bench_video.py``). ``frame_stride`` and the period trade that against the videos.
 
-    The last clip is finished at the end of training (``on_train_end`` / ``teardown``); a run that
-    stops with an error cancels the clip being played instead.
+    MuJoCo without a GPU (``MUJOCO_GL=egl`` or ``osmesa`` on Mesa's llvmpipe) renders in software, ~0.2 CPU s a
+    frame at gymnasium's quality: a clip of 16 envs x 250 frames would cost ~15 CPU minutes. ``software_rendering``
+    says what to do then, and the first clip's line says what it does.
+
+    A clip never holds the run: the end of training waits for the clip being made at most
+    ``final_clip_timeout`` seconds (at once abandoning one that will not finish in time, saying so), and a stop
+    request (SIGTERM, Ctrl-C, an error) abandons it within a frame or two.
 
     Args:
         every_n_env_steps: period in env steps (ignored if ``every_n_train_steps`` is given).
@@ -285,6 +141,11 @@ class GridVideoLogger(L.Callback):
         dirpath: where the MP4 files go (None: ``videos/`` in the directory of the first logger that has
             one: TensorBoard's and CSV's ``log_dir``, W&B's ``save_dir``; else the Trainer's
             ``default_root_dir``).
+        software_rendering: where MuJoCo renders in software: ``"light"`` draws the clips at the grid
+            cell's size (160 px) without anti-aliasing, shadows or reflections (~40x cheaper; where the clip's
+            envs run in other processes, Ray's or async, that cannot be done and there are no clips);
+            ``"full"`` renders them as on a GPU; ``"off"``: no clips.
+        final_clip_timeout: seconds the end of training waits for clips still being made.
     """
 
     def __init__(
@@ -298,6 +159,8 @@ class GridVideoLogger(L.Callback):
         tensorboard_frame_stride: int = 3,
         seed: int = 20_000,
         dirpath: str | Path | None = None,
+        software_rendering: str = "light",
+        final_clip_timeout: float = 60.0,
     ):
         self.every_n_env_steps = check_int("every_n_env_steps", every_n_env_steps, 1)
         if every_n_train_steps is not None:
@@ -310,6 +173,8 @@ class GridVideoLogger(L.Callback):
         self.tensorboard_frame_stride = check_int("tensorboard_frame_stride", tensorboard_frame_stride, 1)
         self.seed = check_seed("seed", seed)
         self.dirpath = dirpath
+        self.software_rendering = check_choice("software_rendering", software_rendering, ("light", "full", "off"))
+        self.final_clip_timeout = check_float("final_clip_timeout", final_clip_timeout, 0.0)
         self._loggers: list[Logger] = []  # the run's loggers, which each finished clip is handed to
         self._cannot_draw_warned = False
         self._disabled = False  # set when the env turned out unable to render
@@ -318,9 +183,9 @@ class GridVideoLogger(L.Callback):
         # draw (None: it cannot draw its observations, its own renderer films it).
         self._env_fps: int | None = None
         self._draw: Callable[[Tensor], Tensor] | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._lighten: bool | None = None  # whether clips render lightened (None: not decided yet this fit)
+        self._worker = ClipWorker()
         self._pending: list[Future] = []
-        self._cancelled = threading.Event()  # set by on_exception: a clip being played stops
         #: Paths of the MP4 files written so far.
         self.video_paths: list[Path] = []
         #: Seconds the training loop spent per video (grabbing the clip, or for a gymnasium env
@@ -330,6 +195,8 @@ class GridVideoLogger(L.Callback):
         self.render_seconds: list[float] = []
         #: Env steps at which a clip was due but skipped: the previous clip was still being played.
         self.skipped_env_steps: list[int] = []
+        #: Env steps of the clips abandoned unfinished (the end of training or a stop came first).
+        self.abandoned_env_steps: list[int] = []
         #: Where the MP4 files go (``dirpath``, or found from the loggers when the first clip is due).
         self.video_dir: Path | None = None if dirpath is None else Path(dirpath)
 
@@ -344,7 +211,9 @@ class GridVideoLogger(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         require(pl_module, RLModuleProtocol, "GridVideoLogger")
         self._env_fps = None  # a new fit may train another module
-        self._cancelled.clear()
+        self._lighten = None
+        if self._worker.cancelled.is_set():  # a clip abandoned by the last fit may still be ending: not this one's
+            self._worker = ClipWorker()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
         if not runs_update_hooks(pl_module):  # a module of yours: one update per training step
@@ -382,6 +251,10 @@ class GridVideoLogger(L.Callback):
             caption = _greedy_caption(env_steps, all_dones)
             clip = functools.partial(self._render, obs, dones, self._draw, caption=caption)
         else:  # e.g. a gymnasium env: its own renderer draws the current state, slowly
+            if self._lighten is None:
+                self._lighten = self._plan_software_rendering(pl_module.hparams.env_id)
+                if self._disabled:
+                    return
             if self._pending:  # the previous clip is still being made: never pile clips up
                 self.skipped_env_steps.append(env_steps)
                 if len(self.skipped_env_steps) == 1:
@@ -390,7 +263,7 @@ class GridVideoLogger(L.Callback):
                         "is still being rendered (raise every_n_env_steps to get every clip)"
                     )
                 return
-            actor = _frozen_greedy_actor(pl_module, self._cancelled)
+            actor = _frozen_greedy_actor(pl_module, self._worker.cancelled)
             if actor is not None:
                 clip = functools.partial(self._play_and_render, pl_module, actor)
             else:  # no standalone greedy policy to copy: played here, as before
@@ -400,33 +273,80 @@ class GridVideoLogger(L.Callback):
                     self._warn_no_video(error)
                     return
                 clip = functools.partial(self._render, frames, dones, _identity, caption=caption)
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grid-video")
-        self._pending.append(self._executor.submit(clip, fps=fps, path=path, writer=writer, env_steps=env_steps))
+        job = self._worker.submit(clip, env_steps, fps=fps, path=path, writer=writer)
+        self._pending.append(job)
         self.training_seconds.append(time.perf_counter() - start)
 
-    def _play(self, pl_module, env_steps: int, actor: _FrozenGreedyActor | None = None) -> tuple[Tensor, Tensor, str]:
+    def _plan_software_rendering(self, env_id: str) -> bool:
+        """Once a fit, before its first clip of a MuJoCo env: whether MuJoCo renders in software here, and then
+        what ``software_rendering`` does about it, said in one line. Returns whether clips render lightened."""
+        note = software_rendering_note() if is_mujoco_env_id(env_id) else None
+        if note is None:
+            return False
+        frames = 16 * -(-self.num_steps // self.frame_stride)
+        if self.software_rendering == "off":
+            self._disabled = True
+            rank_zero_info(
+                f"GridVideoLogger: {note}; no grid videos this run (software_rendering='off'; 'light' draws them "
+                "cheaply, 'full' as on a GPU)"
+            )
+        elif self.software_rendering == "light":
+            rank_zero_info(
+                f"GridVideoLogger: {note}: clips are drawn at 160 px without anti-aliasing, shadows or reflections "
+                f"(~40x cheaper; {frames:,} frames a clip); GridVideoLogger(software_rendering='full') for "
+                "gymnasium's full quality, 'off' for no clips"
+            )
+        else:
+            rank_zero_warn(
+                f"GridVideoLogger: {note}: clips render at full quality (software_rendering='full'): {frames:,} "
+                "frames a clip at ~0.2 CPU s each, next to training ('light' is ~40x cheaper)"
+            )
+        return self.software_rendering == "light"
+
+    def _play(
+        self, pl_module, env_steps: int, actor: _FrozenGreedyActor | None = None, progress: ClipProgress | None = None
+    ) -> tuple[Tensor, Tensor, str]:
         """A greedy clip of an env that renders its own frames: frames, their dones and the caption.
 
         Raises:
             _CannotRender: if the env cannot render.
         """
+        prepare = self._lighten_or_refuse if self._lighten else None
         try:
-            frames, all_dones = greedy_frames(pl_module, 16, self.num_steps, self.seed, self.frame_stride, actor=actor)
+            frames, all_dones = greedy_frames(
+                pl_module,
+                16,
+                self.num_steps,
+                self.seed,
+                self.frame_stride,
+                actor=actor,
+                prepare=prepare,
+                on_frame=None if progress is None else progress.advance,
+            )
         except _RENDER_ERRORS as error:
             raise _CannotRender(_no_video_message(pl_module.hparams.env_id, error)) from error
         dones = _every_kth_step(frames, all_dones, self.frame_stride)[1]  # frames are every k-th already
         return frames, dones, _greedy_caption(env_steps, all_dones)
 
+    @staticmethod
+    def _lighten_or_refuse(envs: Any) -> None:
+        if not lighten_mujoco_rendering(envs, max_side=160):
+            raise _CannotRender(
+                f"{software_rendering_note()}, and the clip's envs ({type(envs).__name__}) render in other processes, "
+                "where their rendering cannot be lightened: no grid videos this run "
+                "(GridVideoLogger(software_rendering='full') renders them anyway, ~40x the CPU time)"
+            )
+
     def _play_and_render(
-        self, pl_module, actor: _FrozenGreedyActor, fps, path: Path, writer, env_steps: int
+        self, pl_module, actor: _FrozenGreedyActor, fps, path: Path, writer, env_steps: int, progress: ClipProgress
     ) -> _Clip | None:
         """In the background thread: play a greedy clip with the frozen ``actor`` on a fresh env
         instance (built, rendered and closed in this thread), then draw and encode it. A
         ``_CannotRender`` is left for the training thread to warn about (see ``_collect``)."""
         start = time.perf_counter()
-        frames, dones, caption = self._play(pl_module, env_steps, actor)
-        return self._render(frames, dones, _identity, fps, path, writer, env_steps, caption, start)
+        progress.total = 2 * -(-self.num_steps // self.frame_stride)  # renders of the 16 envs, then grid frames
+        frames, dones, caption = self._play(pl_module, env_steps, actor, progress)
+        return self._render(frames, dones, _identity, fps, path, writer, env_steps, caption, progress, start)
 
     def _collect(self) -> None:
         """On the training thread: hand the finished clips to the loggers other than TensorBoard (their
@@ -478,11 +398,23 @@ class GridVideoLogger(L.Callback):
             self._cannot_draw_warned = True
 
     def _render(
-        self, obs, dones, draw, fps, path: Path, writer, env_steps: int, caption: str, start: float | None = None
+        self,
+        obs,
+        dones,
+        draw,
+        fps,
+        path: Path,
+        writer,
+        env_steps: int,
+        caption: str,
+        progress: ClipProgress | None = None,
+        start: float | None = None,
     ) -> _Clip | None:
         """Draw and encode the clip to ``path`` (and the TensorBoard GIF to ``writer``); the clip for the other
-        loggers, or None if it failed (with a warning)."""
+        loggers, or None if it failed (with a warning). A cancelled ``progress`` stops it between frames."""
         start = time.perf_counter() if start is None else start
+        if progress is not None and not progress.total:
+            progress.total = obs.shape[1]  # the grid frames to draw and encode
         clip = None
         try:
             # One pass over the rendered frames: every frame goes to the MP4, every k-th (copied:
@@ -492,12 +424,16 @@ class GridVideoLogger(L.Callback):
 
             def frames_for_mp4():
                 for i, frame in enumerate(iter_grid_frames(obs, dones, draw, flash_frames=self.flash_frames)):
+                    if progress is not None:
+                        progress.advance()  # raises once the clip is cancelled
                     if writer is not None and i % stride == 0:
                         kept.append(frame.copy())
                     yield frame
 
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(encode_mp4(frames_for_mp4(), fps))
+            if progress is not None:
+                progress.check()  # cancelled while the last frames were encoded: no half-logged clip
             self.video_paths.append(path)
             # SummaryWriter queues events for its own writer thread: safe next to Lightning's
             # scalars from the training thread. The last clip is written before the logger is
@@ -506,6 +442,8 @@ class GridVideoLogger(L.Callback):
                 write_summary(writer, video_summary("videos/grid", kept, fps / stride, _CAPTION), env_steps)
                 writer.add_text("videos/caption", caption, env_steps)
             clip = _Clip(path, env_steps, caption)
+        except _Cancelled:
+            raise
         except Exception as error:  # a video must never take training down
             rank_zero_warn(f"GridVideoLogger could not write the video for env step {env_steps}: {error!r}")
         self.render_seconds.append(time.perf_counter() - start)
@@ -517,25 +455,73 @@ class GridVideoLogger(L.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._next_at = state_dict["next_at"]
 
-    def wait(self) -> None:
-        """Block until every queued video is written (or has failed, with its warning)."""
-        wait_for(self._pending)
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every queued video is written (or has failed, with its warning), at most ``timeout``
+        seconds (None: however long it takes); returns whether all were."""
+        wait_for(self._pending, timeout=timeout)
         self._collect()
+        return not self._pending
+
+    def _finish_clips(self, trainer: L.Trainer, timeout: float) -> None:
+        """Wait for the clips still being made at most ``timeout`` seconds, giving up at once on a stop request
+        (SIGTERM, Ctrl-C) or where the clip being made will not be done in time at its pace so far; then abandon
+        what is left, saying so."""
+        self._collect()
+        if not self._pending:
+            return
+        deadline, reason = time.monotonic() + timeout, f"not done within final_clip_timeout={timeout:g} s"
+        said = False
+        while self._pending:
+            now, progress = time.monotonic(), self._worker.current
+            remaining = None if progress is None else progress.remaining_seconds()
+            if trainer.received_sigterm:
+                reason = "a stop request"
+                break
+            if now >= deadline or (remaining is not None and now + remaining > deadline + 1.0):
+                if remaining is not None and now < deadline:
+                    reason = f"~{remaining:.0f} s more needed, over final_clip_timeout={timeout:g} s"
+                break
+            if not said and progress is not None and now + 2.0 < deadline:
+                rank_zero_info(
+                    f"GridVideoLogger: finishing {progress.describe()}, at most {deadline - now:.0f} s more "
+                    "(final_clip_timeout; SIGTERM or Ctrl-C abandons it)"
+                )
+                said = True
+            self.wait(timeout=0.2)
+        if self._pending:
+            self._abandon(reason)
+
+    def _abandon(self, reason: str) -> None:
+        """Cancel the clips still being made and forget them, saying so; give the thread a few seconds to notice
+        (it checks between frames), then leave it: it is a daemon, the process does not wait for it."""
+        progress = self._worker.current
+        what = progress.describe() if progress is not None else "the clip queued"
+        self._worker.cancel()
+        ended = self._worker.close(timeout=_STOP_GRACE_S)
+        self._collect()
+        pending_steps = [progress.env_steps] if progress is not None else []
+        self.abandoned_env_steps.extend(pending_steps)
+        self._pending = []
+        left = "" if ended else f" (its thread is still inside a frame after {_STOP_GRACE_S:g} s: left to end alone)"
+        rank_zero_info(f"GridVideoLogger: abandoned {what}: {reason}{left}")
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.wait()
+        self._finish_clips(trainer, self.final_clip_timeout)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self.wait()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        self._finish_clips(trainer, self.final_clip_timeout)
+        self._worker.close(timeout=_STOP_GRACE_S)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        # Lightning calls no teardown after an error: stop a clip being played (it would hold the
-        # process for its whole length) and the thread here, leaving nothing running at exit.
-        self._cancelled.set()
-        self.teardown(trainer, pl_module, "fit")
+        # Lightning calls no teardown after an error or a stop: the clip being made stops at its next frame (it
+        # would hold the process for its whole length), and nothing of it is left running at exit.
+        if self._pending:
+            self._abandon(f"the run stopped ({type(exception).__name__})")
+        self._worker.close(timeout=_STOP_GRACE_S)
+
+
+# Seconds a cancelled clip's thread gets to reach its next frame and end.
+_STOP_GRACE_S = 5.0
 
 
 def _no_video_message(env_id: str, error: BaseException) -> str:
