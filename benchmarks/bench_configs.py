@@ -200,10 +200,17 @@ def summary_rows(runs: list[Run]) -> list[str]:
 
 
 def seed_range(seeds: list[int]) -> str:
-    """``1000-1009`` for consecutive seeds, else the list."""
-    if seeds == list(range(seeds[0], seeds[0] + len(seeds))) and len(seeds) > 1:
-        return f"{seeds[0]}-{seeds[-1]}"
-    return ", ".join(map(str, seeds))
+    """The seeds as runs of consecutive ones: ``1000-1009``, ``0-9, 301-310``, ``0-2, 9``."""
+    parts: list[str] = []
+    start = previous = seeds[0]
+    for seed in [*seeds[1:], None]:
+        if seed is not None and seed == previous + 1:
+            previous = seed
+            continue
+        parts.append(f"{start}-{previous}" if previous > start else str(start))
+        if seed is not None:
+            start = previous = seed
+    return ", ".join(parts)
 
 
 def write_table(path: Path, runs: list[Run], notes: str = "") -> None:

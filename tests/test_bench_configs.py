@@ -46,7 +46,15 @@ def test_the_median_to_solve_is_over_the_solved_seeds():
 @pytest.mark.parametrize(("text", "seeds"), [("1000-1009", list(range(1000, 1010))), ("0-2,9", [0, 1, 2, 9])])
 def test_seeds_are_ranges_or_lists(text, seeds):
     assert bench_configs.parse_seeds(text) == seeds
-    assert bench_configs.seed_range(seeds) == ("1000-1009" if text == "1000-1009" else "0, 1, 2, 9")
+    assert bench_configs.seed_range(seeds) == ("1000-1009" if text == "1000-1009" else "0-2, 9")
+
+
+@pytest.mark.parametrize(
+    ("seeds", "shown"),
+    [([*range(10), *range(301, 311)], "0-9, 301-310"), ([5], "5"), ([1, 3, 4], "1, 3-4"), ([0, 1], "0-1")],
+)
+def test_the_table_names_seeds_as_runs_of_consecutive_ones(seeds, shown):
+    assert bench_configs.seed_range(seeds) == shown
 
 
 def test_cartpole_novel_is_measured_on_gymnasiums_cartpole_seen_as_x_and_theta():
