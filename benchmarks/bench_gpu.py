@@ -132,7 +132,7 @@ def dqn_update_parts(device: torch.device, iterations: int = 300) -> tuple[float
     return timings[0], timings[1]
 
 
-# configs/ppo_cartpole.yaml (its other arguments are PPOModule's defaults).
+# configs/ppo_cartpole.yaml's earlier settings, the GPU table's (its other arguments are PPOModule's defaults).
 _PPO_TUNED = dict(num_envs=32, num_steps_per_rollout=32, num_minibatches=1, activation="relu", seed=1)
 
 

@@ -56,5 +56,5 @@ def test_the_quick_start_is_two_commands_and_the_test_command_is_what_ci_runs():
     assert install.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0")
     assert install.endswith("python scripts/train_vpg.py")
     ci = (ROOT / ".ci" / "run").read_text()
-    assert test == ".venv/bin/python -m pytest -q"
-    assert "\npython -m pytest -q\n" in ci  # the same command, in CI's own venv
+    assert test == ".venv/bin/python -m pytest -q -n auto"
+    assert "\npython -m pytest -q -n auto\n" in ci  # the same command, in CI's own venv

@@ -8,6 +8,7 @@ from rl_lightning.callbacks.epsilon import EpsilonDecay
 from rl_lightning.callbacks.evaluation import evaluate_policy
 from rl_lightning.callbacks.guard import RunGuard
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
+from rl_lightning.checkpoints import StepInNames
 from rl_lightning.data.replay import ReplayBufferSamples
 
 
@@ -115,8 +116,8 @@ def test_no_kwargs_sink():
 
 def test_default_callbacks_use_the_hyperparameters():
     module = DQNModule(target_update_env_steps=None, tau=0.01, epsilon_end=0.02, exploration_fraction=0.3)
-    guard, sync, decay = module.configure_callbacks()
-    assert isinstance(guard, RunGuard)  # every module's (RLModule.configure_callbacks)
+    guard, names, sync, decay = module.configure_callbacks()
+    assert isinstance(guard, RunGuard) and isinstance(names, StepInNames)  # every module's (RLModule's)
     assert isinstance(sync, TargetNetworkSync) and (sync.every_n_env_steps, sync.tau) == (None, 0.01)
     assert isinstance(decay, EpsilonDecay) and (decay.end, decay.fraction) == (0.02, 0.3)
     assert module.hparams.tau == 0.01  # saved by save_hyperparameters
