@@ -15,8 +15,9 @@ update (optimizer step), one interleaved run, for
 - ``sb3``: Stable-Baselines3 given the same settings, on gymnasium's envs, on the CPU.
 
 Rows: PPO CartPole-v1 (``configs/ppo_cartpole.yaml``'s earlier settings: ``PPO_CARTPOLE``), PPO Pendulum-v1
-(``configs/ppo_pendulum.yaml``), DQN CartPole-v1 (DQNModule's defaults), SAC Pendulum-v1 (``configs/sac_pendulum.yaml``), and the bare Lightning
-step: a one-parameter LightningModule's training step, Lightning's fixed per-step cost.
+(``configs/ppo_pendulum.yaml``), DQN CartPole-v1 (DQNModule's defaults), SAC Pendulum-v1
+(``configs/sac_pendulum.yaml``), and the bare Lightning step: a one-parameter LightningModule's training step,
+Lightning's fixed per-step cost.
 
     python benchmarks/bench_engine.py [--rows ...] [--variants ...] [--repeats 3] [--quick] [--device cpu]
         [--out benchmarks/results/engine.md] [--no-write]
