@@ -282,7 +282,8 @@ def test_a_default_script_run_prints_nothing_but_the_projects_own_lines(tmp_path
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stderr == ""
+    # The project's own line where the last video clip is still being made as the run ends (final_clip_timeout).
+    assert [line for line in result.stderr.splitlines() if not line.startswith("GridVideoLogger: ")] == []
     lines = result.stdout.splitlines()
     run_dir = "lightning_logs/VPG-CartPole-v1/version_0"
     assert lines[0] == (
