@@ -39,9 +39,17 @@ def _sha256(path: Path) -> str:
 def wandb_records(run_dir: Path) -> list:
     """The records of an offline W&B run's ``run-<id>.wandb`` file (W&B's LevelDB-style log: a 7-byte file header,
     32 KiB blocks of records with a 7-byte header each, a record split over blocks as first/middle/last)."""
+    import time
+
     from wandb.proto import wandb_internal_pb2
 
-    data = next(run_dir.glob("run-*.wandb")).read_bytes()
+    for _ in range(100):  # W&B's service writes the file in another process: on a busy machine it can lag
+        files = list(run_dir.glob("run-*.wandb"))
+        if files:
+            break
+        time.sleep(0.2)
+    assert files, f"no run-*.wandb in {run_dir}: {sorted(path.name for path in run_dir.iterdir())}"
+    data = files[0].read_bytes()
     assert data[:4] == b":W&B"
     block, position, parts, records = 32768, 7, b"", []
     while position + 7 <= len(data):
