@@ -43,7 +43,7 @@ def wandb_records(run_dir: Path) -> list:
 
     from wandb.proto import wandb_internal_pb2
 
-    for _ in range(100):  # W&B's service writes the file in another process: on a busy machine it can lag
+    for _ in range(300):  # W&B's service writes the file in another process: on a busy machine it can lag
         files = list(run_dir.glob("run-*.wandb"))
         if files:
             break
@@ -118,6 +118,8 @@ def four_loggers(tmp_path_factory):
         for name, value in settings.items():
             patch.setenv(name, value)
         (root / "wandb_dir").mkdir()
+        if wandb.run is not None:  # a run left in progress in this process would be reused by the WandbLogger
+            wandb.finish()
         loggers = [
             WandbLogger(save_dir=str(root / "wandb_dir"), project="rl_lightning_tests"),
             CSVLogger(root / "csv", name="run"),
@@ -134,7 +136,11 @@ def four_loggers(tmp_path_factory):
             enable_model_summary=False,
         )
         trainer.fit(VPGModule(num_envs=16, num_steps_per_rollout=60, seed=0))
-        wandb_dir = Path(loggers[0].experiment.dir).parent
+        run_settings = loggers[0].experiment.settings
+        wandb_dir = Path(run_settings.sync_dir)
+        assert wandb_dir.is_relative_to(root / "wandb_dir"), (
+            f"the W&B run is in {wandb_dir} (root_dir {run_settings.root_dir!r}), not under {root / 'wandb_dir'}"
+        )
         wandb.finish()  # flushes the offline run's file
     return {"root": root, "loggers": loggers, "video": video, "wandb_dir": wandb_dir, "trainer": trainer}
 
