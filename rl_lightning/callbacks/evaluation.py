@@ -257,6 +257,7 @@ class Evaluation(L.Callback):
         self._mean_square_return = MeanMetric()
         self._mean_length = MeanMetric()
         self._confirmed_return = MeanMetric()
+        self._confirmed_square_return = MeanMetric()
         self._next_eval_at = 0
         self._evaluated_at: int | None = None
         #: The latest evaluation, reduced over processes: {"eval/episodic_return": ..., ...}.
@@ -265,6 +266,8 @@ class Evaluation(L.Callback):
         self.history: list[tuple[int, float]] = []
         #: Every confirmation on fresh episodes (:meth:`confirm`) as (env_steps, mean return).
         self.confirmations: list[tuple[int, float]] = []
+        #: The latest confirmation's mean, standard deviation and episodes, over every process (None before one).
+        self.last_confirmation: Confirmation | None = None
 
     def episodes(self, pl_module: L.LightningModule) -> int:
         """Episodes per evaluation: ``num_eval_episodes``, or where None sized to the module's env."""
@@ -312,7 +315,8 @@ class Evaluation(L.Callback):
         """Play the greedy policy on fresh episodes, start states no evaluation of the run has used (each
         confirmation its own seeds), and return their mean return, all-reduced over processes (None where a
         stop request ended it). A policy can fit the fixed start states every evaluation re-seeds to; a solved
-        return must hold on episodes it never saw. Recorded in ``confirmations``.
+        return must hold on episodes it never saw. Recorded in ``confirmations``; the mean's spread (for its
+        standard error) in ``last_confirmation``.
 
         Args:
             num_episodes: fresh episodes per process; None: twice the evaluation's, at least 20.
@@ -330,6 +334,9 @@ class Evaluation(L.Callback):
         if result is None:
             return None
         mean = self._reduced_mean(self._confirmed_return, result.returns, pl_module)
+        square = self._reduced_mean(self._confirmed_square_return, result.returns.square(), pl_module)
+        std = max(square - mean**2, 0.0) ** 0.5
+        self.last_confirmation = Confirmation(mean, std, num_episodes * trainer.world_size)
         self.confirmations.append((pl_module.env_steps, mean))
         return mean
 
@@ -417,13 +424,29 @@ class Evaluation(L.Callback):
         self.confirmations = list(state_dict.get("confirmations", []))  # none in a checkpoint from before them
 
 
+class Confirmation(NamedTuple):
+    """A confirmation on fresh episodes (:meth:`Evaluation.confirm`), over every process."""
+
+    mean: float
+    std: float  # of the episodes' returns
+    num_episodes: int
+
+    @property
+    def standard_error(self) -> float:
+        """The standard error of ``mean``."""
+        return self.std / self.num_episodes**0.5
+
+
 class StopWhenSolved(EarlyStopping):
     """Stop training once the greedy policy solves the env: an evaluation's mean return
     (``eval/episodic_return``, on :class:`Evaluation`'s fixed start states) reaches ``stopping_threshold``
     (equal counts: Lightning's ``EarlyStopping`` needs more), and so does the mean return on fresh episodes
-    (:meth:`Evaluation.confirm`, logged as ``eval/confirmed_return``). A policy that reaches it only on the
-    fixed start states trains on; so does one whose last evaluation reached it at the budget's end, unless
-    confirmed there too. ``solved_at`` is the env step it was declared solved at (None: not solved).
+    (:meth:`Evaluation.confirm`, logged as ``eval/confirmed_return``) less ``num_standard_errors`` of its
+    standard errors (logged as ``eval/confirmed_lower_bound``): a policy whose true mean sits at the threshold
+    passes a mean-only check half the time, and then scores below it on the next episodes. A policy that reaches
+    the threshold only on the fixed start states trains on; so does one whose last evaluation reached it at the
+    budget's end, unless confirmed there too. ``solved_at`` is the env step it was declared solved at (None: not
+    solved).
 
     List it after the run's :class:`Evaluation`; it is an ``EarlyStopping`` (``stopping_reason``,
     ``stopping_threshold``, checkpointed state) that stops on the solved return alone.
@@ -432,9 +455,22 @@ class StopWhenSolved(EarlyStopping):
         stopping_threshold: the mean return that solves the env (CartPole-v1: 475).
         num_confirm_episodes: fresh episodes per process of each confirmation; None: twice the evaluation's,
             at least 20 (:meth:`Evaluation.confirm`).
+        num_standard_errors: how many standard errors of the confirmation's mean must lie above the threshold
+            (2: a policy whose true mean is at the threshold passes about 2% of its confirmations; 0: the mean
+            alone). An env whose returns do not vary (CartPole at 500) needs no more than its mean.
+        holds_on_episodes: where set (m), the bound is for the mean of a later check of m fresh episodes (a user
+            playing 20 episodes of the trained policy), not for the policy's true mean: the standard error is
+            ``std * sqrt(1/n + 1/m)`` for n confirmation episodes. Pendulum's returns spread by ~100 between start
+            states: a policy whose true mean is -185 scores below -200 on one in four checks of 20 episodes.
     """
 
-    def __init__(self, stopping_threshold: float, num_confirm_episodes: int | None = None):
+    def __init__(
+        self,
+        stopping_threshold: float,
+        num_confirm_episodes: int | None = None,
+        num_standard_errors: float = 2.0,
+        holds_on_episodes: int | None = None,
+    ):
         super().__init__(
             monitor="eval/episodic_return",
             mode="max",
@@ -444,6 +480,10 @@ class StopWhenSolved(EarlyStopping):
         )
         self.num_confirm_episodes = (
             None if num_confirm_episodes is None else check_int("num_confirm_episodes", num_confirm_episodes, 1)
+        )
+        self.num_standard_errors = check_float("num_standard_errors", num_standard_errors, low=0.0)
+        self.holds_on_episodes = (
+            None if holds_on_episodes is None else check_int("holds_on_episodes", holds_on_episodes, 1)
         )
         self.solved_at: int | None = None
         self._checked_at: int | None = None  # the env step of the evaluation last checked (one check each)
@@ -489,18 +529,31 @@ class StopWhenSolved(EarlyStopping):
         confirmed = evaluation.confirm(trainer, pl_module, self.num_confirm_episodes)
         if confirmed is None:
             return None  # a stop request ended it
+        confirmation = evaluation.last_confirmation
+        error = confirmation.standard_error
+        if self.holds_on_episodes is not None:  # the error of a later m-episode mean less this one's
+            error = confirmation.std * (1 / confirmation.num_episodes + 1 / self.holds_on_episodes) ** 0.5
+        lower = confirmed - self.num_standard_errors * error
+        metrics = {"eval/confirmed_return": confirmed, "eval/confirmed_lower_bound": lower}
         if at_end:
             for logger in trainer.loggers:  # at the env step it ran at, like the final evaluation
-                logger.log_metrics({"eval/confirmed_return": confirmed}, step=pl_module.env_steps)
+                logger.log_metrics(metrics, step=pl_module.env_steps)
         else:
-            pl_module.log("eval/confirmed_return", confirmed, on_step=False, on_epoch=True, batch_size=1)
-        if not confirmed >= threshold:
+            for name, value in metrics.items():
+                pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1)
+        if not lower >= threshold:
             return None
         self.solved_at = pl_module.env_steps
         self.stopping_reason = EarlyStoppingReason.STOPPING_THRESHOLD
+        later = "" if self.holds_on_episodes is None else f" for a later {self.holds_on_episodes}-episode mean"
+        spread = (
+            f" - {self.num_standard_errors:g} x {error:.3g} (standard error{later}) = {lower:g}"
+            if confirmation.std > 0 and self.num_standard_errors > 0
+            else ""
+        )
         self.stopping_reason_message = (
-            f"solved: eval/episodic_return {mean:g} and eval/confirmed_return {confirmed:g} (fresh episodes) "
-            f">= {threshold:g} at env step {self.solved_at:,}"
+            f"solved: eval/episodic_return {mean:g} and eval/confirmed_return {confirmed:g}{spread} "
+            f"({confirmation.num_episodes} fresh episodes) >= {threshold:g} at env step {self.solved_at:,}"
         )
         return confirmed
 

@@ -78,7 +78,10 @@ def test_a_policy_that_passes_on_the_fixed_start_states_only_is_not_solved():
     assert stopper.stopping_reason == EarlyStoppingReason.NOT_STOPPED
     [(env_steps, confirmed)] = evaluation.confirmations
     assert env_steps == 1_000 and confirmed < 0.5  # 32 fresh episodes: about half its answers are wrong
-    assert module.logged == {"eval/confirmed_return": confirmed}
+    mean, std, episodes = evaluation.last_confirmation
+    assert mean == confirmed and episodes == 2 * EPISODES and 0.8 < std <= 1.0  # returns of +-1
+    lower = confirmed - 2 * std / episodes**0.5
+    assert module.logged == pytest.approx({"eval/confirmed_return": confirmed, "eval/confirmed_lower_bound": lower})
     # The same evaluation is not checked (nor confirmed) again at the next epoch's end.
     stopper.on_train_epoch_end(trainer, module)
     assert len(evaluation.confirmations) == 1 and not trainer.should_stop
@@ -93,11 +96,63 @@ def test_a_policy_that_holds_on_fresh_episodes_is_solved_and_stops():
     stopper.on_train_epoch_end(trainer, module)
     assert trainer.should_stop and stopper.solved_at == 1_000 and stopper.stopped_epoch == 3
     assert stopper.stopping_reason == EarlyStoppingReason.STOPPING_THRESHOLD
-    assert module.logged == {"eval/confirmed_return": 1.0}
-    assert evaluation.confirmations == [(1_000, 1.0)]
+    assert module.logged == {"eval/confirmed_return": 1.0, "eval/confirmed_lower_bound": 1.0}
+    assert evaluation.confirmations == [(1_000, 1.0)] and evaluation.last_confirmation == (1.0, 0.0, 32)
     assert stopper.stopping_reason_message == (
-        "solved: eval/episodic_return 1 and eval/confirmed_return 1 (fresh episodes) >= 1 at env step 1,000"
+        "solved: eval/episodic_return 1 and eval/confirmed_return 1 (32 fresh episodes) >= 1 at env step 1,000"
     )
+
+
+class SpreadModule(MemorizingModule):
+    """Right on the evaluation's start states; on fresh episodes wrong on every fourth copy: returns of +1 and -1
+    with mean 0.5 and spread sqrt(0.75)."""
+
+    def __init__(self):
+        super().__init__(knows_every_obs=True)
+
+    def act(self, obs, greedy=False):
+        right = obs[:, 0].long()
+        if len(obs) == EPISODES:
+            return right
+        wrong = torch.arange(len(obs)) % 4 == 0
+        return torch.where(wrong, 1 - right, right)
+
+
+@pytest.mark.parametrize("num_standard_errors", [0.0, 2.0, 6.0])
+def test_the_confirmations_mean_less_its_standard_errors_must_reach_the_threshold(num_standard_errors):
+    """A mean that reaches the threshold by its noise alone is not solved: the lower bound must."""
+    module = SpreadModule()
+    evaluation, stopper, trainer = _evaluated(module, 0.0, num_standard_errors=num_standard_errors)
+    stopper.on_train_epoch_end(trainer, module)
+    mean, std, episodes = evaluation.last_confirmation
+    standard_error = std / episodes**0.5
+    assert mean == 0.5 and std == pytest.approx(0.75**0.5) and episodes == 32
+    lower = mean - num_standard_errors * standard_error
+    assert module.logged == pytest.approx({"eval/confirmed_return": mean, "eval/confirmed_lower_bound": lower})
+    assert trainer.should_stop == (lower >= 0.0) == (num_standard_errors < 6.0)
+    if trainer.should_stop:
+        assert stopper.solved_at == 1_000
+        assert "(32 fresh episodes) >= 0 at env step 1,000" in stopper.stopping_reason_message
+    if num_standard_errors == 2.0:
+        assert f"- 2 x {standard_error:.3g} (standard error) = {lower:g}" in stopper.stopping_reason_message
+
+
+@pytest.mark.parametrize("holds_on_episodes", [32, 4])
+def test_with_holds_on_episodes_the_bound_is_for_a_later_check_of_that_many_episodes(holds_on_episodes):
+    """The standard error of a later m-episode mean less the confirmation's n-episode mean: std sqrt(1/n + 1/m)."""
+    module = SpreadModule()
+    evaluation, stopper, trainer = _evaluated(module, 0.0, holds_on_episodes=holds_on_episodes)
+    stopper.on_train_epoch_end(trainer, module)
+    mean, std, episodes = evaluation.last_confirmation
+    error = std * (1 / episodes + 1 / holds_on_episodes) ** 0.5
+    lower = mean - 2 * error
+    assert lower == pytest.approx(0.5 - 2 * 0.75**0.5 * (1 / 32 + 1 / holds_on_episodes) ** 0.5)
+    assert module.logged["eval/confirmed_lower_bound"] == pytest.approx(lower)
+    assert trainer.should_stop == (holds_on_episodes == 32)  # 0.067 >= 0; 4 episodes: -0.42 < 0
+    if trainer.should_stop:
+        assert f"- 2 x {error:.3g} (standard error for a later 32-episode mean) = {lower:g}" in (
+            stopper.stopping_reason_message
+        )
 
 
 def test_no_confirmation_below_the_threshold():
@@ -114,7 +169,7 @@ def test_the_final_evaluation_is_confirmed_at_the_end_of_training():
     trainer.loggers = [SimpleNamespace(log_metrics=lambda metrics, step: logged.append((metrics, step)))]
     stopper.on_train_end(trainer, module)  # the evaluation Evaluation.on_train_end ran, before this callback
     assert stopper.solved_at == 1_000
-    assert logged == [({"eval/confirmed_return": 1.0}, 1_000)]
+    assert logged == [({"eval/confirmed_return": 1.0, "eval/confirmed_lower_bound": 1.0}, 1_000)]
 
 
 def test_each_confirmation_plays_start_states_no_evaluation_had():
@@ -155,6 +210,12 @@ def test_bad_arguments_are_refused():
         StopWhenSolved("475")
     with pytest.raises(ValueError, match="num_confirm_episodes must be >= 1"):
         StopWhenSolved(475.0, num_confirm_episodes=0)
+    with pytest.raises(ValueError, match=r"num_standard_errors must be a finite number in \[0.0, inf\], got -1.0"):
+        StopWhenSolved(475.0, num_standard_errors=-1.0)
+    with pytest.raises(TypeError, match="num_standard_errors must be a float"):
+        StopWhenSolved(475.0, num_standard_errors="2")
+    with pytest.raises(ValueError, match="holds_on_episodes must be >= 1"):
+        StopWhenSolved(475.0, holds_on_episodes=0)
     with pytest.raises(ValueError, match="num_episodes must be >= 1"):
         Evaluation().confirm(_trainer(), MemorizingModule(), num_episodes=0)
 
