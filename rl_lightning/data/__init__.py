@@ -3,7 +3,8 @@
 from rl_lightning.data.episodes import EpisodeTracker
 from rl_lightning.data.frame_replay import FrameStackReplayBuffer
 from rl_lightning.data.prioritized import PrioritizedFrameStackReplayBuffer, PrioritizedReplayBuffer, SumTree
-from rl_lightning.data.replay import ReplayBuffer, ReplayBufferSamples, ReplaySource, epsilon_greedy
+from rl_lightning.data.replay import ReplaySource, epsilon_greedy
+from rl_lightning.data.replay_buffer import ReplayBuffer, ReplayBufferSamples
 from rl_lightning.data.rollout import Rollout, RolloutSource, RolloutTensors
 from rl_lightning.data.source import EnvSource
 

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from rl_lightning._checks import SettingsError, check_choice, check_int, check_seed, check_sizes
-from rl_lightning.data.replay import ReplayBufferSamples, check_buffer_settings, lazy_zeros
+from rl_lightning.data.replay_buffer import ReplayBufferSamples, check_buffer_settings, lazy_zeros
 from rl_lightning.envs.base import VectorEnv, resolve_device
 from rl_lightning.envs.spaces import MAX_IMAGE_CHANNELS, image_layout
 from rl_lightning.losses import compute_n_step_returns

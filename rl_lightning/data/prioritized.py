@@ -21,7 +21,7 @@ from torch import Tensor
 
 from rl_lightning._checks import SettingsError, check_float
 from rl_lightning.data.frame_replay import FrameStackReplayBuffer
-from rl_lightning.data.replay import ReplayBuffer, ReplayBufferSamples
+from rl_lightning.data.replay_buffer import ReplayBuffer, ReplayBufferSamples
 
 #: Added to every |TD error| so that no transition's priority is zero (SB3's and TorchRL's value).
 PRIORITY_EPS = 1e-6
@@ -259,7 +259,7 @@ class _Prioritized:
 
 
 class PrioritizedReplayBuffer(_Prioritized, ReplayBuffer):
-    """:class:`~rl_lightning.data.replay.ReplayBuffer` sampling by priority (module docstring).
+    """:class:`~rl_lightning.data.replay_buffer.ReplayBuffer` sampling by priority (module docstring).
 
     Args:
         buffer_size, obs_shape, num_envs, seed, device, action_shape, obs_dtype, n_step, gamma: ``ReplayBuffer``'s.
