@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from rl_lightning._checks import check_bool, check_int, check_seed
+from rl_lightning.algos.registry import algorithm_classes
 from rl_lightning.hub_card import (
     PretrainedEvaluation,
     default_max_episode_steps,
@@ -300,15 +301,13 @@ def load_pretrained(
         ValueError: the folder is not a pretrained folder of ``module_class``'s algorithm, its env or spaces are not
             the ones the module is built with, or its weights do not fit (each message names what differs).
     """
-    from rl_lightning import algos
-
     check_bool("trust_remote_code", trust_remote_code)
     directory = _resolve(source, revision, token, cache_dir)
     where = f"the pretrained folder {source}"
     config = read_config(directory / CONFIG_NAME, where)
     algorithm = config["algorithm"]
-    classes = {cls.__name__: cls for cls in algos.ALGORITHMS}
-    if module_class is None or module_class is algos.RLModule:  # the folder says which
+    classes = algorithm_classes()
+    if module_class is None or module_class.algorithm_name() == "RLModule":  # RLModule's: the folder says which
         if algorithm not in classes:
             raise ValueError(f"{where} holds a {algorithm!r}, not one of {', '.join(classes)}")
         module_class = classes[algorithm]
@@ -390,12 +389,11 @@ def load_checkpoint(ckpt_path: str | Path, env_id: str | None = None, trust_remo
     """The module saved in the Lightning checkpoint ``ckpt_path`` with the class that saved it (read with
     ``weights_only=True``, its hyper-parameters checked against ``rl_lightning.trust``'s allow-list), on the CPU,
     in eval mode; ``env_id`` plays it on another env with the same spaces."""
-    from rl_lightning import algos
     from rl_lightning.checkpoints import CHECKPOINT_KEY, load_checkpoint_file
 
     payload = load_checkpoint_file(ckpt_path).get(CHECKPOINT_KEY) or {}
     algorithm = payload.get("algorithm")
-    classes = {cls.__name__: cls for cls in algos.ALGORITHMS}
+    classes = algorithm_classes()
     if algorithm not in classes:
         raise ValueError(f"{ckpt_path} was saved by {algorithm!r}, not one of {', '.join(classes)}")
     overrides = {"env_id": env_id} if env_id else {}

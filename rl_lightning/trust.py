@@ -30,6 +30,8 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from rl_lightning.algos.registry import ALGORITHM_CLASS_PATHS, algorithm_classes
+
 #: gymnasium's wrappers a file may name: ``gymnasium.wrappers.__all__`` less those that take code
 #: (``func=``), write files or open windows.
 _REFUSED_GYMNASIUM_WRAPPERS = frozenset(
@@ -50,7 +52,10 @@ _untrusted: contextvars.ContextVar[str | None] = contextvars.ContextVar("rl_ligh
 #: ``env_backend`` values that reach beyond this process, and the local backend that steps the same env here:
 #: Ray's workers step gymnasium's env, the same trajectories as ``"gymnasium"`` (``RayVectorEnv``).
 _LOCAL_BACKEND = {"ray": "gymnasium"}
-#: ``env_kwargs`` keys (besides Ray's, ``rl_lightning.envs.ray_vector.RAY_OPTIONS``) that name an address, a
+#: The keyword arguments of ``RayVectorEnv`` (``rl_lightning.envs.ray_vector``) that are Ray's, not the env's: where
+#: the process connects and how many workers it starts.
+RAY_OPTIONS = ("num_workers", "envs_per_worker", "address", "num_cpus_per_worker")
+#: ``env_kwargs`` keys (besides Ray's, :data:`RAY_OPTIONS`) that name an address, a
 #: folder, a file to write or a program: an env's constructor may take any keyword, so these are refused by name
 #: (no env rl_lightning builds takes one). EnvPool's and ale-py's ``num_threads`` / ``thread_affinity_offset``
 #: stay: threads of this process, which change its speed, not where it connects or what it runs; so do
@@ -81,9 +86,7 @@ def allow_class_paths(*paths: str) -> None:
 
 def algorithm_class_paths() -> dict[str, type]:
     """rl_lightning's algorithm classes by class path (``"rl_lightning.algos.ppo.PPOModule"``)."""
-    from rl_lightning.algos import ALGORITHMS
-
-    return {f"{cls.__module__}.{cls.__qualname__}": cls for cls in ALGORITHMS}
+    return dict(zip(ALGORITHM_CLASS_PATHS, algorithm_classes().values(), strict=True))
 
 
 def is_allowed_wrapper_path(path: str) -> bool:
@@ -132,10 +135,10 @@ def check_file_hyperparameters(hparams: Mapping[str, Any], where: str) -> None:
     if not isinstance(hparams, Mapping):
         raise UntrustedCheckpointError(f"{where}: the hyper-parameters must be a dict, got {type(hparams).__name__}")
     class_path = hparams.get("_class_path")
-    if class_path is not None and class_path not in algorithm_class_paths() and class_path not in _ALLOWED_BY_USER:
+    if class_path is not None and class_path not in ALGORITHM_CLASS_PATHS and class_path not in _ALLOWED_BY_USER:
         raise UntrustedCheckpointError(
             f"{where}: hyper_parameters['_class_path'] is {class_path!r}, which is not one of rl_lightning's "
-            f"algorithms ({', '.join(sorted(algorithm_class_paths()))}); nothing was imported; "
+            f"algorithms ({', '.join(sorted(ALGORITHM_CLASS_PATHS))}); nothing was imported; "
             + HOW_TO_TRUST.format(path=class_path)
         )
     instantiator = hparams.get("_instantiator")
@@ -224,8 +227,6 @@ def local_file_settings(hparams: Mapping[str, Any], where: str) -> dict[str, Any
         hparams: the file's hyper-parameters (those the user did not give).
         where: the file, for the note (``"--ckpt_path run.ckpt"``).
     """
-    from rl_lightning.envs.ray_vector import RAY_OPTIONS  # (envs import this module: not at the top)
-
     settings, dropped = dict(hparams), []
     backend = settings.get("env_backend")
     if isinstance(backend, str) and backend in _LOCAL_BACKEND:

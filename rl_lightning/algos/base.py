@@ -46,6 +46,7 @@ from torch.utils.data import DataLoader
 from rl_lightning._checks import check_bool, check_choice, check_int, check_seed, check_str
 from rl_lightning.algos._charts import Charts
 from rl_lightning.algos._inputs import ObservationInputs, as_numpy, is_tensor_input
+from rl_lightning.algos.registry import algorithm_classes
 from rl_lightning.callbacks.guard import RunGuard, check_trainer_settings
 from rl_lightning.checkpoints import (
     CHECKPOINT_KEY,
@@ -935,7 +936,5 @@ def _spec_env_options(options: dict[str, Any], num_envs: int) -> dict[str, Any]:
 
 def _other_algorithms(action_kind: str) -> str:
     """``": use X or Y"`` for the rl_lightning algorithms that support ``action_kind``."""
-    from rl_lightning import algos
-
-    names = [klass.__name__ for klass in algos.ALGORITHMS if action_kind in klass.action_kinds]
+    names = [name for name, klass in algorithm_classes().items() if action_kind in klass.action_kinds]
     return f": use {' or '.join(names)}" if names else ""

@@ -34,12 +34,11 @@ from gymnasium.vector.utils import batch_space, iterate
 from rl_lightning._checks import check_int
 from rl_lightning.envs import _ray_worker, mujoco_warnings
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv, gymnasium_spec
+from rl_lightning.trust import RAY_OPTIONS
 
 #: How long a ``host:port`` address may take to accept a connection, then to answer gRPC's handshake (Ray's GCS and
 #: Ray Client speak gRPC), before it counts as no Ray cluster.
 CONNECT_TIMEOUT_S = 5.0
-#: The keyword arguments of :class:`RayVectorEnv` that are Ray's, not the env's.
-RAY_OPTIONS = ("num_workers", "envs_per_worker", "address", "num_cpus_per_worker")
 
 
 def _import_ray() -> Any:
