@@ -12,14 +12,28 @@ from rl_lightning.export import GreedyPolicy
 from rl_lightning.nets import QNetwork
 
 
-class OneStepQ(OffPolicyModule):  # the whole algorithm: 27 lines
+class OneStepQ(OffPolicyModule):  # the whole algorithm: 41 lines, 16 of them the layer's settings by name
     """Probe5's episodes are one step: Q(s, a) regresses on the reward; the policy is argmax Q."""
 
     action_kinds = ("discrete",)
 
     def __init__(self, env_id: str = "Probe5-v0", num_envs: int = 4, seed: int = 0):
-        # buffer 400, batch 32, 32 random steps, 1 env step per 2 updates, 10 updates an epoch, gamma 0, 1 step
-        super().__init__(env_id, num_envs, seed, "auto", None, 400, 32, 32, 1, 2, 10, 0.0, 1, True)
+        super().__init__(
+            env_id=env_id,
+            num_envs=num_envs,
+            seed=seed,
+            env_backend="auto",
+            env_kwargs=None,
+            buffer_size=400,
+            batch_size=32,
+            learning_starts=32,
+            train_freq=1,  # 1 env step per 2 updates
+            gradient_steps=2,
+            steps_per_epoch=10,
+            gamma=0.0,
+            n_step=1,
+            checkpoint_buffer=True,
+        )
         self.save_hyperparameters()
         self.q_network = QNetwork(self.observation_space, self.action_space, (16,))
 
@@ -32,7 +46,7 @@ class OneStepQ(OffPolicyModule):  # the whole algorithm: 27 lines
     def greedy_policy(self):
         return GreedyPolicy(self.q_network)
 
-    def training_step(self, batch, batch_idx):
+    def update_loss(self, batch):
         q_values = self.q_network(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
         if self.should_log():
             self.log_charts()
