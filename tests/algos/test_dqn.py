@@ -136,14 +136,14 @@ def _trainer(max_steps, **kwargs):
 
 
 class _Recorder(DQNModule):
-    """Records, at each training step, the env steps taken and the weights used so far."""
+    """Records, at each update, the env steps taken and the weights used so far."""
 
     def on_fit_start(self):
         self.records = []
 
-    def training_step(self, batch, batch_idx):
+    def update_loss(self, batch):
         self.records.append((self.env_steps, self.q_network.head.weight.clone()))
-        return super().training_step(batch, batch_idx)
+        return super().update_loss(batch)
 
 
 def test_env_steps_of_step_k_happen_after_update_k_minus_1():

@@ -117,12 +117,12 @@ def test_recorded_logprobs_belong_to_the_weights_after_the_previous_rollouts_las
             super().__init__(**kwargs)
             self.first_minibatch_gaps: list[float] = []
 
-        def training_step(self, batch, batch_idx):
-            if batch_idx == 0:
+        def update_loss(self, batch):
+            if self.source.collection.position == 0:
                 with torch.no_grad():
                     logprobs, _, _ = self.model.evaluate(batch.obs, batch.actions)
                 self.first_minibatch_gaps.append((logprobs - batch.logprobs).abs().max().item())
-            return super().training_step(batch, batch_idx)
+            return super().update_loss(batch)
 
     module = Recording(num_envs=4, num_steps_per_rollout=16, lr=3e-2, seed=0)
     _trainer(max_steps=5 * 16).fit(module)

@@ -50,7 +50,7 @@ def test_replayed_sequences_give_the_recorded_logprobs_at_the_first_update():
             super().__init__(**kwargs)
             self.gaps: list[float] = []
 
-        def training_step(self, batch, batch_idx):
+        def update_loss(self, batch):
             if self.source.collection.position == 0:
                 with torch.no_grad():
                     logprobs, _, values = self.model.evaluate(
@@ -58,7 +58,7 @@ def test_replayed_sequences_give_the_recorded_logprobs_at_the_first_update():
                     )
                 self.gaps.append((logprobs - batch.logprobs).abs().max().item())
                 self.gaps.append((values - batch.values).abs().max().item())
-            return super().training_step(batch, batch_idx)
+            return super().update_loss(batch)
 
     module = Recording(**{**MEMORY, "recurrent": "lstm", "seed": 3})
     _trainer(max_steps=3 * 16).fit(module)
