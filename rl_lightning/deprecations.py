@@ -1,5 +1,5 @@
 """Former names of public arguments keep working: a value given under an old name moves to its new one, with
-a ``DeprecationWarning`` naming the new one.
+an :class:`RLLightningDeprecationWarning` (a ``DeprecationWarning``) naming the new one.
 
 One rule, :func:`renamed`, applied where a value enters: a module's constructor (its ``renamed_hyperparameters``,
 through ``RLModule.__init_subclass__`` and :func:`wrap_init`), a function's keywords (:func:`renamed_keywords`:
@@ -17,9 +17,22 @@ from typing import Any, TypeVar
 
 from lightning.pytorch.core.mixins import HyperparametersMixin
 
-__all__ = ["renamed", "renamed_in_checkpoint", "renamed_keywords", "renames_of", "same_value", "wrap_init"]
+__all__ = [
+    "RLLightningDeprecationWarning",
+    "renamed",
+    "renamed_in_checkpoint",
+    "renamed_keywords",
+    "renames_of",
+    "same_value",
+    "wrap_init",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class RLLightningDeprecationWarning(DeprecationWarning):
+    """A former name or use of rl_lightning's own API: the warning of every deprecation of this package, so that
+    a filter can tell it from the deprecations of the libraries below (the tests make it an error)."""
 
 
 def renamed(kwargs: dict[str, Any], renames: Mapping[str, str], owner: str, stacklevel: int = 3) -> dict[str, Any]:
@@ -37,7 +50,9 @@ def renamed(kwargs: dict[str, Any], renames: Mapping[str, str], owner: str, stac
                 f"{owner}() got {old}={value!r} and {new}={kwargs[new]!r}: {old} is the former name of {new}, "
                 f"pass only {new}"
             )
-        warnings.warn(f"{owner}({old}=...) is deprecated: use {new}", DeprecationWarning, stacklevel=stacklevel)
+        warnings.warn(
+            f"{owner}({old}=...) is deprecated: use {new}", RLLightningDeprecationWarning, stacklevel=stacklevel
+        )
         kwargs[new] = value
     return kwargs
 
@@ -50,7 +65,7 @@ def renamed_in_checkpoint(saved: Mapping[str, Any], renames: Mapping[str, str], 
         if old in saved and new not in saved:
             warnings.warn(
                 f"the checkpoint's hyper-parameter {old} is {owner}'s {new} now: loaded as {new}={saved[old]!r}",
-                DeprecationWarning,
+                RLLightningDeprecationWarning,
                 stacklevel=4,  # the caller of load_from_checkpoint
             )
             upgraded[new] = saved[old]
@@ -148,7 +163,7 @@ def keyword_only(init: F) -> F:
             warnings.warn(
                 f"{owner}(...) with positional arguments is deprecated: pass them by name "
                 f"({', '.join(f'{name}=...' for name in given)})",
-                DeprecationWarning,
+                RLLightningDeprecationWarning,
                 stacklevel=2,
             )
             kwargs = {**given, **kwargs}
