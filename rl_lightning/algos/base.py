@@ -61,7 +61,7 @@ from rl_lightning.compiling import CompiledFunctions, check_compile
 from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.data.source import EnvSource
 from rl_lightning.data.steps import TrainingStep, TrainingSteps
-from rl_lightning.deprecations import renamed_in_checkpoint, wrap_init
+from rl_lightning.deprecations import RLLightningDeprecationWarning, renamed_in_checkpoint, wrap_init
 from rl_lightning.envs import make_envs
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.registry import BACKENDS, compilable_env_ids, is_native_env_id
@@ -877,7 +877,7 @@ def _adopt_training_step_as_update_loss(cls: type) -> None:
         f"{cls.__name__}.training_step(batch, batch_idx) as the algorithm's update is deprecated: define "
         "update_loss(batch) instead (and call super().update_loss(batch) for the parent's loss); a training step now "
         "runs several updates (rl_lightning.callbacks.updates)",
-        DeprecationWarning,
+        RLLightningDeprecationWarning,
         stacklevel=3,
     )
 

@@ -11,6 +11,7 @@ from torch import nn
 
 from rl_lightning._checks import check_float, check_int
 from rl_lightning.callbacks.updates import runs_update_hooks
+from rl_lightning.deprecations import RLLightningDeprecationWarning
 from rl_lightning.protocols import TargetNetworkProtocol, require
 
 
@@ -80,7 +81,7 @@ class TargetNetworkSync(L.Callback):
             warnings.warn(
                 "TargetNetworkSync(online_attr=..., target_attr=...) is deprecated: use the module's "
                 "target_network_pairs() (rl_lightning.protocols.TargetNetworkProtocol)",
-                DeprecationWarning,
+                RLLightningDeprecationWarning,
                 stacklevel=2,
             )
             self.online_attr, self.target_attr = online_attr or "q_network", target_attr or "target_network"

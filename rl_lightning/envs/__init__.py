@@ -4,6 +4,7 @@ import warnings
 
 import torch
 
+from rl_lightning.deprecations import RLLightningDeprecationWarning
 from rl_lightning.envs.acrobot import Acrobot
 from rl_lightning.envs.ale_vector import AleVectorEnv
 from rl_lightning.envs.base import VectorEnv
@@ -33,7 +34,7 @@ def _deprecated_cartpole_gpu(
 ) -> CartPole:
     """``"CartPole-gpu"``, an older name of ``"CartPole-v1"``: the same env, with a warning."""
     # stacklevel 3: this factory, make_envs, then the caller of make_envs.
-    warnings.warn('env id "CartPole-gpu" is deprecated: use "CartPole-v1"', DeprecationWarning, stacklevel=3)
+    warnings.warn('env id "CartPole-gpu" is deprecated: use "CartPole-v1"', RLLightningDeprecationWarning, stacklevel=3)
     return CartPole(num_envs, seed, device, compile=compile)
 
 
