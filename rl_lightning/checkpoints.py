@@ -6,6 +6,9 @@ good ``last.ckpt``, and a read-only directory can fail without a word. ``AtomicC
 writes next to the target, fsyncs, and renames over it, so the previous file stays whole until the
 new one is complete, and any failure is raised. ``RLModule`` installs it when a run starts (unless
 the Trainer was given another ``CheckpointIO``).
+
+What the command lines' ``--ckpt_path`` takes from the checkpoint found here, and what it refuses, is
+:mod:`rl_lightning._command_line_resume`.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ checkpoints and the run's ``config.yaml`` go to ``<trainer.default_root_dir>/lig
 (``<run>`` says what ran: ``PPO-CartPole-v1``). ``fit`` prints a start line and, at the end, whether the
 env was solved and where the checkpoints went; ``validate`` and ``test`` print one result line and
 write nothing (unless given a ``--trainer.logger``).
+
+What ``--ckpt_path`` takes from a checkpoint and what it refuses: :mod:`rl_lightning._command_line_resume`; former
+argument names: :mod:`rl_lightning._command_line_renames`.
 """
 
 from __future__ import annotations
@@ -35,18 +38,16 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from rl_lightning._command_line_renames import model_class_at, renamed_arguments
+from rl_lightning._command_line_resume import (
+    checkpoint_to_resume,
+    find_last,
+    model_init_args,
+    settings_of_file,
+    settings_of_last,
+)
 from rl_lightning.algos import ALGORITHMS
 from rl_lightning.callbacks import CheckpointOnStop, EnvStepBudget
 from rl_lightning.callbacks.guard import check_trainer_settings
-from rl_lightning.checkpoints import (
-    CHECKPOINT_KEY,
-    checkpoint_settings,
-    describe_checkpoint,
-    differing_settings,
-    load_checkpoint_file,
-    resolve_ckpt_path,
-)
-from rl_lightning.deprecations import same_value
 from rl_lightning.loggers import add_logger_argument, logger_spellings
 from rl_lightning.scripting import (
     RunLines,
@@ -55,12 +56,6 @@ from rl_lightning.scripting import (
     is_launching_process,
     run_loggers,
     use_run_directory,
-)
-from rl_lightning.trust import (
-    UntrustedCheckpointError,
-    algorithm_class_paths,
-    check_file_hyperparameters,
-    local_file_settings,
 )
 
 # A ``{"class_path": ...}`` value of an untyped option (``env_kwargs``' values) stays a spec for the code
@@ -81,6 +76,9 @@ TRAINER_DEFAULTS = {"accelerator": "cpu", "devices": 1, "log_every_n_steps": 1, 
 class RLLightningCLI(LightningCLI):
     """``LightningCLI`` with ``--model`` limited to :data:`MODEL_CLASSES`, ``--num_threads`` and
     ``--total_env_steps``; ``fit`` logs to the run's directory and prints its first and last lines."""
+
+    #: ``--ckpt_path last``'s checkpoint, found when parsing: its path and contents, ``(None, None)`` for none.
+    _last_found: tuple[str | None, Any] | None = None
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
@@ -121,14 +119,10 @@ class RLLightningCLI(LightningCLI):
             self.config = parser.parse_args(self._argv)
 
     def _parse_ckpt_path(self) -> None:
-        """``--ckpt_path FILE``: the module class and the hyper-parameters default to the checkpoint's;
-        the flags and ``--config`` values given win over them, and a note on stderr names each one that
-        differs from the checkpoint. A file that is not an rl_lightning checkpoint, or a checkpoint of
-        another class than ``--model`` or for another env than the run's (given, from ``--config`` or the
-        default), is a usage error (exit status 2). (Lightning's own version silently lets the checkpoint's
-        values replace the flags, its class replace ``--model``.) The hyper-parameters are data: a class path
-        in them outside ``rl_lightning.trust``'s allow-list is refused before anything is imported, unless
-        ``--trust_checkpoint``."""
+        """``--ckpt_path FILE``: the module class and the hyper-parameters default to the checkpoint's; the flags and
+        ``--config`` values given win over them, and a note on stderr names each one that differs from the
+        checkpoint. What is taken and what refused (a usage error, exit status 2):
+        :func:`~rl_lightning._command_line_resume.settings_of_file`."""
         subcommand = self.config.get("subcommand")
         if not subcommand:
             return
@@ -139,61 +133,16 @@ class RLLightningCLI(LightningCLI):
             return
         if not ckpt_path:
             return
-        parser = self._parser(subcommand)
-        try:
-            checkpoint = load_checkpoint_file(ckpt_path)
-        except ValueError as error:
-            parser.error(f"--ckpt_path: {error}")
-        hparams = dict(checkpoint.get("hyper_parameters") or {})
-        trusted = bool(config.get("trust_checkpoint"))
-        if not trusted:  # data, not code: what it names is checked before anything is imported
-            try:
-                check_file_hyperparameters(hparams, f"--ckpt_path {ckpt_path}")
-            except UntrustedCheckpointError as error:
-                parser.error(str(error))
-        hparams.pop("_instantiator", None)  # Lightning's: never called
-        payload = checkpoint[CHECKPOINT_KEY]
-        saved_by, saved_env = payload.get("algorithm"), payload.get("env_id", hparams.get("env_id"))
-        class_path = hparams.pop("_class_path", None)
-        saved_class = algorithm_class_paths().get(class_path) or (model_class_at(class_path) if trusted else None)
-        saved_class = saved_class or {c.__name__: c for c in MODEL_CLASSES}.get(saved_by)
-        if saved_class is None:
-            parser.error(f"--ckpt_path {ckpt_path} does not say which module saved it (no class path): pass --model")
         model = config.get("model")
-        chosen = model_class_at(model.class_path) if model is not None else saved_class
-        if chosen is not None and saved_class.algorithm_name() != getattr(chosen, "algorithm_name", lambda: None)():
-            parser.error(
-                f"--ckpt_path {ckpt_path} is a checkpoint of {saved_class.algorithm_name()} on "
-                f"{saved_env}, but --model is {chosen.__name__}: pass a "
-                f"{chosen.__name__} checkpoint, or --model {saved_class.__name__} (or no --model: the checkpoint's)"
-            )
-        if model is not None and saved_env is not None:
-            # The run's env, given, from --config or the default, is the checkpoint's identity, not a setting the
-            # checkpoint may fill in: a CartPole config with an Acrobot checkpoint is refused.
-            env_id = _init_args(model).get("env_id")
-            if env_id is not None and env_id != saved_env:
-                parser.error(
-                    f"--ckpt_path {ckpt_path} is a checkpoint of {saved_class.__name__} on {saved_env}, but the run "
-                    f"asked for is on {env_id} (from the flags, --config or the default): pass "
-                    f"--model.init_args.env_id {saved_env}, a {env_id} checkpoint, or no --model / --config (the "
-                    "checkpoint's settings)"
-                )
-        hparams = _upgraded(chosen, hparams)  # values saved under a former name, under the new one
-        given = self._given_init_args(chosen, model)
-        replaced = [
-            f"{name} {given[name]!r} (checkpoint: {hparams[name]!r})"
-            for name in sorted(given)
-            if name in hparams and not same_value(given[name], hparams[name])
-        ]
-        taken = {name: value for name, value in hparams.items() if name not in given}
-        if not trusted:  # nor may the file choose where the process connects or what it runs
-            taken = local_file_settings(taken, f"--ckpt_path {ckpt_path}")
+        chosen, taken, replaced = settings_of_file(
+            ckpt_path,
+            model,
+            trusted=bool(config.get("trust_checkpoint")),
+            given_init_args=lambda chosen: self._given_init_args(chosen, model),
+            error=self._parser(subcommand).error,
+        )
         update = {"class_path": f"{chosen.__module__}.{chosen.__qualname__}", "init_args": taken}
-        try:
-            self.config = self.parser.parse_object({subcommand: {"model": update}}, self.config)
-        except SystemExit:
-            sys.stderr.write(f"the hyper-parameters of --ckpt_path {ckpt_path} do not parse for {chosen.__name__}\n")
-            raise
+        self.config = self._parse_taken({subcommand: {"model": update}}, f"--ckpt_path {ckpt_path}", chosen.__name__)
         if replaced and is_launching_process():
             print(
                 f"note: the flags win over the hyper-parameters of {ckpt_path}: {', '.join(replaced)}",
@@ -202,11 +151,10 @@ class RLLightningCLI(LightningCLI):
             )
 
     def _parse_last_checkpoint(self, subcommand: str, config: Any) -> None:
-        """``--ckpt_path last``: the newest last checkpoint of ``--model`` on the run's env (:func:`_find_last`);
-        the hyper-parameters not given (on the command line or in ``--config``) come back from it, and one given
-        with another value than the checkpoint's is a usage error (:meth:`_settings_of_last`): that is another
-        run. Without ``--model`` / ``--config`` there is nothing to look for (``before_instantiate_classes`` says
-        so)."""
+        """``--ckpt_path last``: the newest last checkpoint of ``--model`` on the run's env; the hyper-parameters not
+        given (on the command line or in ``--config``) come back from it, and one given with another value than the
+        checkpoint's is a usage error: that is another run (:mod:`~rl_lightning._command_line_resume`). Without
+        ``--model`` / ``--config`` there is nothing to look for (``before_instantiate_classes`` says so)."""
         model = config.get("model")
         chosen = model_class_at(model.class_path) if model is not None else None
         if chosen is None or not hasattr(chosen, "algorithm_name"):
@@ -214,47 +162,21 @@ class RLLightningCLI(LightningCLI):
         parser = self._parser(subcommand)
         root = config.trainer.get("default_root_dir") or os.getcwd()  # the Trainer's default
         given = self._given_init_args(chosen, model)
-        env_id = _init_args(model).get("env_id")
-        taken = self._settings_of_last(parser, root, chosen, env_id, given, "--model.init_args.", config)
+        env_id = model_init_args(model).get("env_id")
+        self._last_found = find_last(root, chosen.algorithm_name(), env_id, parser.error)
+        trusted = bool(config.get("trust_checkpoint"))
+        taken = settings_of_last(self._last_found, chosen, given, "--model.init_args.", trusted, parser.error)
         if taken is not None:
             update = {"class_path": model.class_path, "init_args": taken}
-            self.config = self._parse_taken({subcommand: {"model": update}}, chosen.__name__)
+            source = f"--ckpt_path last ({self._last_found[0]})"
+            self.config = self._parse_taken({subcommand: {"model": update}}, source, chosen.__name__)
 
-    def _settings_of_last(
-        self, parser: Any, root_dir: str, model_class: Any, env_id: Any, given: dict[str, Any], prefix: str, config: Any
-    ) -> dict[str, Any] | None:
-        """Find ``--ckpt_path last``'s checkpoint (``self._last_found``: its path and contents, or ``(None, None)``:
-        a fresh start) and return the hyper-parameters the run takes from it, those not ``given``; None without one.
-        A ``given`` one that differs from the checkpoint's is a usage error (exit status 2) naming each (``prefix``:
-        the flags' spelling), as is one taken that names a class outside the allow-list (``--trust_checkpoint``)."""
-        path, checkpoint = self._last_found = _find_last(parser, root_dir, model_class.algorithm_name(), env_id)
-        if path is None:
-            return None
-        saved = _upgraded(model_class, checkpoint_settings(checkpoint))
-        differing = differing_settings(given, saved, prefix)
-        if differing:
-            parser.error(
-                f"--ckpt_path last is {path} ({describe_checkpoint(path, checkpoint)}), a run with other settings than "
-                f"the ones given: {', '.join(differing)}. To continue that run, leave these settings out (its values "
-                f"come back); to resume it with yours, pass its path (--ckpt_path {path}); for a new run, leave out "
-                "--ckpt_path"
-            )
-        taken = {name: value for name, value in saved.items() if name not in given}
-        if not config.get("trust_checkpoint"):
-            try:
-                check_file_hyperparameters(taken, f"--ckpt_path last ({path})")
-            except UntrustedCheckpointError as error:
-                parser.error(f"{error} (or give that setting yourself)")
-            taken = local_file_settings(taken, f"--ckpt_path last ({path})")
-        return taken
-
-    def _parse_taken(self, update: dict[str, Any], name: str) -> Any:
-        """``self.config`` with ``update`` (the settings taken from ``--ckpt_path last``'s checkpoint) parsed in."""
+    def _parse_taken(self, update: dict[str, Any], source: str, name: str) -> Any:
+        """``self.config`` with ``update`` (the settings taken from the checkpoint ``source``) parsed in."""
         try:
             return self.parser.parse_object(update, self.config)
         except SystemExit:
-            path = self._last_found[0]
-            sys.stderr.write(f"the hyper-parameters of --ckpt_path last ({path}) do not parse for {name}\n")
+            sys.stderr.write(f"the hyper-parameters of {source} do not parse for {name}\n")
             raise
 
     def _given_init_args(self, model_class: Any, model: Any) -> dict[str, Any]:
@@ -263,10 +185,10 @@ class RLLightningCLI(LightningCLI):
         if model is None or model.get("init_args") is None:
             return {}
         given = self.parser.parse_args(self._argv, defaults=False)[self.config["subcommand"]]  # (parsed once more)
-        named = _init_args(given.get("model")).keys()
+        named = model_init_args(given.get("model")).keys()
         parameters = inspect.signature(model_class.__init__).parameters
         no_default = {name for name, parameter in parameters.items() if parameter.default is inspect.Parameter.empty}
-        return {name: value for name, value in _init_args(model).items() if name in named or name in no_default}
+        return {name: value for name, value in model_init_args(model).items() if name in named or name in no_default}
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
@@ -346,26 +268,11 @@ class RLLightningCLI(LightningCLI):
         return run_dir
 
     def _checkpoint_to_resume(self, ckpt_path: str | None, root_dir: str) -> str | None:
-        """``ckpt_path``, or for ``last`` the newest ``last.ckpt`` of this algorithm and env under
-        ``root_dir`` (this run's own new version_N folder has none for Lightning's lookup to find),
-        checked to fit the module built from the flags: the same algorithm, env and network shapes,
-        or a usage error naming both (exit status 2)."""
-        path = checkpoint = None
-        found = getattr(self, "_last_found", None)
-        try:
-            if ckpt_path == "last" and found is not None:  # found when parsing (_parse_last_checkpoint)
-                path = found[0]
-            else:
-                path = resolve_ckpt_path(ckpt_path, root_dir, self.model.algorithm_name(), self.model.hparams.env_id)
-            checkpoint = None if path is None else load_checkpoint_file(path)
-            if checkpoint is not None:
-                self.model.check_checkpoint(checkpoint)
-        except ValueError as error:
-            self._usage_error(f"--ckpt_path {path or ckpt_path}: {error}", error)
-        if ckpt_path == "last" and checkpoint is not None and is_launching_process():
-            verb = "resuming" if self.subcommand in (None, "fit") else "loading"  # None: a script (fit)
-            print(f"--ckpt_path last: {verb} {path} ({describe_checkpoint(path, checkpoint)})", flush=True)
-        return path
+        """``ckpt_path``, or for ``last`` the newest ``last.ckpt`` of this algorithm and env under ``root_dir``,
+        checked to fit the module built from the flags, or a usage error naming both (exit status 2):
+        :func:`~rl_lightning._command_line_resume.checkpoint_to_resume`."""
+        verb = "resuming" if self.subcommand in (None, "fit") else "loading"  # None: a script (fit)
+        return checkpoint_to_resume(ckpt_path, root_dir, self.model, self._last_found, verb, self._usage_error)
 
     # -- subcommands ----------------------------------------------------------------------------------
 
@@ -562,10 +469,9 @@ class ScriptCLI(RLLightningCLI):
 
     def _parse_ckpt_path(self) -> None:
         """``--ckpt_path last``: the newest last checkpoint of this module on ``--env_id`` under
-        ``--default_root_dir`` (:func:`_find_last`); the hyper-parameters not given (as flags or in ``--config``)
-        come back from it, and one given with another value than the checkpoint's is a usage error
-        (:meth:`_settings_of_last`): that is another run. (``--ckpt_path FILE``: the flags and their
-        defaults, which the file must fit.)"""
+        ``--default_root_dir``; the hyper-parameters not given (as flags or in ``--config``) come back from it, and
+        one given with another value than the checkpoint's is a usage error: that is another run. (``--ckpt_path
+        FILE``: the flags and their defaults, which the file must fit.)"""
         config = self.config
         if config.get("ckpt_path") != "last":
             return
@@ -573,12 +479,15 @@ class ScriptCLI(RLLightningCLI):
             return
         named = self.parser.parse_args(self._argv, defaults=False)  # on the command line or in --config, any value
         given = {name: config[name] for name in self._module_keys if name in named}
-        taken = self._settings_of_last(
-            self.parser, config.default_root_dir, self.model_class, config.get("env_id"), given, "--", config
+        self._last_found = find_last(
+            config.default_root_dir, self.model_class.algorithm_name(), config.get("env_id"), self.parser.error
         )
+        trusted = bool(config.get("trust_checkpoint"))
+        taken = settings_of_last(self._last_found, self.model_class, given, "--", trusted, self.parser.error)
         if taken is not None:
             taken = {name: value for name, value in taken.items() if name in self._module_keys}
-            self.config = self._parse_taken(taken, self.model_class.__name__)
+            source = f"--ckpt_path last ({self._last_found[0]})"
+            self.config = self._parse_taken(taken, source, self.model_class.__name__)
 
     def before_instantiate_classes(self) -> None:
         torch.set_num_threads(self.config.num_threads)
@@ -681,33 +590,6 @@ def _argparse_spellings(argv: Sequence[str], list_options: set[str]) -> list[str
             elif values:
                 result.append(f"[{','.join(values)}]")
     return result
-
-
-def _find_last(parser: Any, root_dir: str, algorithm: str, env_id: str | None) -> tuple[str | None, Any]:
-    """``--ckpt_path last``: the newest last checkpoint of ``algorithm`` on ``env_id`` under ``root_dir``
-    (:func:`~rl_lightning.checkpoints.resolve_ckpt_path`) and its contents; ``(None, None)`` if there is none
-    (a fresh start). One of other runs only, or an unreadable one, is a usage error."""
-    try:
-        path = resolve_ckpt_path("last", root_dir, algorithm, env_id)
-        return (None, None) if path is None else (path, load_checkpoint_file(path))
-    except ValueError as error:
-        parser.error(f"--ckpt_path last: {error}")
-
-
-def _init_args(model: Any) -> dict[str, Any]:
-    """A parsed ``--model``'s init args as a dict (empty if none)."""
-    init_args = model.get("init_args") if hasattr(model, "get") else None
-    if init_args is None:
-        return {}
-    return dict(init_args.items()) if hasattr(init_args, "items") else dict(vars(init_args))
-
-
-def _upgraded(model_class: Any, hparams: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's ``hparams`` with the values saved under a former name (``renamed_hyperparameters``)
-    under the new one, the former names gone (the parser knows the current ones only)."""
-    renamed = getattr(model_class, "renamed_hyperparameters", {})
-    upgraded = {**hparams, **model_class.upgraded_hyperparameters(hparams)} if renamed else dict(hparams)
-    return {name: value for name, value in upgraded.items() if name not in renamed}
 
 
 def make_cli(args: ArgsType = None) -> RLLightningCLI:
