@@ -16,8 +16,9 @@ checkpoints and the run's ``config.yaml`` go to ``<trainer.default_root_dir>/lig
 env was solved and where the checkpoints went; ``validate`` and ``test`` print one result line and
 write nothing (unless given a ``--trainer.logger``).
 
-What ``--ckpt_path`` takes from a checkpoint and what it refuses: :mod:`rl_lightning._command_line_resume`; former
-argument names: :mod:`rl_lightning._command_line_renames`.
+What ``--ckpt_path`` takes from a checkpoint and what it refuses: :mod:`rl_lightning._command_line_resume`; the
+scripts' flat flags and their spellings: :mod:`rl_lightning._script_flags`; former argument names:
+:mod:`rl_lightning._command_line_renames`.
 """
 
 from __future__ import annotations
@@ -32,8 +33,7 @@ from typing import Any, NoReturn
 import jsonargparse
 import lightning as L
 import torch
-from jsonargparse import ActionConfigFile, DefaultHelpFormatter
-from jsonargparse.typing import PositiveInt
+from jsonargparse import ActionConfigFile
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI, SaveConfigCallback
 
@@ -44,6 +44,15 @@ from rl_lightning._command_line_resume import (
     model_init_args,
     settings_of_file,
     settings_of_last,
+)
+from rl_lightning._script_flags import (
+    SCRIPT_TRAINER_FLAGS,
+    ScriptHelpFormatter,
+    add_run_arguments,
+    add_script_arguments,
+    run_callback_options,
+    run_length,
+    script_arguments,
 )
 from rl_lightning.algos import ALGORITHMS
 from rl_lightning.callbacks import CheckpointOnStop, EnvStepBudget
@@ -97,7 +106,7 @@ class RLLightningCLI(LightningCLI):
         parser.add_lightning_class_args(L.LightningModule, "model", subclass_mode=True, required=False)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        _add_run_arguments(parser, "--trainer.max_steps (fit)")
+        add_run_arguments(parser, "--trainer.max_steps (fit)")
         add_logger_argument(parser, None, "fit only; not with --trainer.logger")
         parser.add_argument(
             "--trust_checkpoint",
@@ -315,31 +324,6 @@ class RLLightningCLI(LightningCLI):
         )
 
 
-#: The Lightning Trainer flags a script takes as they are (``--devices 2``); the run's length is
-#: ``--max_steps`` or ``--total_env_steps``.
-SCRIPT_TRAINER_FLAGS = ("accelerator", "devices", "strategy", "num_nodes", "precision", "default_root_dir")
-
-
-def run_length(config: Any) -> dict[str, int]:
-    """The Trainer's length flags for a script's ``--total_env_steps`` / ``--max_steps``."""
-    if config.total_env_steps is not None:
-        return {"max_steps": -1, "max_epochs": -1}  # EnvStepBudget sets max_steps; no epoch limit
-    return {"max_steps": config.max_steps}
-
-
-def run_callback_options(config: Any) -> dict[str, Any]:
-    """:func:`~rl_lightning.scripting.default_callbacks`' options from a script's evaluation, video and stopping
-    flags."""
-    return {
-        "eval_every_n_env_steps": config.eval_every_n_env_steps,
-        "num_eval_episodes": config.num_eval_episodes,
-        "eval_max_episode_steps": config.eval_max_episode_steps,
-        "video_every_n_env_steps": None if config.no_video else config.video_every_n_env_steps,
-        "solved_return": config.solved_return,
-        "stop_when_solved": not config.no_stop_when_solved,
-    }
-
-
 class ScriptCLI(RLLightningCLI):
     """A training script's command line: ``model_class``'s hyper-parameters as flat options (``--lr``,
     ``--hidden_sizes [64,64]``, ``--network CLASS_PATH``), the Trainer flags, and the evaluation / video /
@@ -378,7 +362,7 @@ class ScriptCLI(RLLightningCLI):
             model_class,
             save_config_callback=None,  # no config.yaml next to the logs; --print_config writes one
             seed_everything_default=False,  # the module seeds itself from --seed
-            parser_kwargs={"description": description, "formatter_class": _HelpFormatter},
+            parser_kwargs={"description": description, "formatter_class": ScriptHelpFormatter},
             run=False,
             auto_configure_optimizers=False,  # the modules make their own Adam from --lr
             load_from_checkpoint_support=False,  # the checkpoint's hyper-parameters are the module's own
@@ -397,70 +381,14 @@ class ScriptCLI(RLLightningCLI):
         pass  # LightningCLI would call seed_everything(None), a random global seed, without --seed_everything
 
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        self._module_keys = parser.add_class_arguments(self.model_class, nested_key=None, as_group=True)
-        for action in parser._actions:
-            if action.dest == "network":
-                # jsonargparse would list every nn.Module subclass torch has (a screenful) in the help.
-                action.extra_help = lambda: ", a class_path and init_args, e.g. torch.nn.Flatten"
-
-        group = parser.add_argument_group("Lightning Trainer flags")
-        group.add_argument("--accelerator", type=str, default="cpu", help="cpu, gpu, auto ...")
-        group.add_argument("--devices", type=int | str, default=1, help="how many, auto, or which: 0,1")
-        group.add_argument("--strategy", type=str, default="auto", help="auto, ddp, ddp_spawn ...")
-        group.add_argument("--num_nodes", type=PositiveInt, default=1, help="machines in a multi-node run")
-        group.add_argument("--precision", type=str, default="32-true", help="32-true, bf16-mixed, 16-mixed ...")
-        group.add_argument(
-            "--max_steps",
-            type=int | None,
-            default=None,
-            help=f"optimizer steps in all (null: {self._defaults['max_steps']:,}, or --total_env_steps; -1: no limit)",
-        )
-        group.add_argument("--default_root_dir", type=str, default=".", help="logs go to DIR/lightning_logs")
-        _add_run_arguments(group, "--max_steps")
-        add_logger_argument(group, "tensorboard")
-        group.add_argument(
-            "--ckpt_path",
-            type=str | None,
-            default=None,
-            help="resume from this checkpoint, or 'last': the newest last.ckpt under DIR/lightning_logs",
-        )
-
-        group = parser.add_argument_group("evaluation, video and stopping")
-        every = "env steps between greedy evaluations"
-        group.add_argument("--eval_every_n_env_steps", type=PositiveInt, default=self._defaults["eval"], help=every)
-        group.add_argument(
-            "--num_eval_episodes",
-            type=PositiveInt | None,
-            default=None,
-            help="episodes per evaluation (default: 32 for a native torch env, 10 for the others)",
-        )
-        group.add_argument(
-            "--eval_max_episode_steps",
-            type=PositiveInt | None,
-            default=None,
-            help="cut evaluation episodes at this many steps (null: the env's time limit; 1000 without one)",
-        )
-        every = "env steps between grid videos"
-        group.add_argument("--video_every_n_env_steps", type=PositiveInt, default=self._defaults["video"], help=every)
-        group.add_argument("--no_video", action="store_true", help="do not log grid videos")
-        group.add_argument(
-            "--solved_return",
-            type=float | None,
-            default=None,
-            help="greedy eval return that stops the run (null: the env's, e.g. CartPole-v1 475, Acrobot-v1 -100, "
-            "Pendulum-v1 -200, or gymnasium's reward_threshold; none known: no early stop)",
-        )
-        group.add_argument("--no_stop_when_solved", action="store_true", help="train for the whole budget")
+        self._module_keys = add_script_arguments(parser, self.model_class, self._defaults)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         pass  # --num_threads and --total_env_steps are among the Trainer flags
 
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
-        # jsonargparse gives a list-valued option a second spelling, ``--hidden_sizes+`` (append).
-        options = {option for action in parser._actions for option in action.option_strings}
-        list_options = {f"--{key}" for key in self._module_keys if f"--{key}+" in options}
-        argv = renamed_arguments(sys.argv[1:] if args is None else list(args), parser.error, self.model_class)
-        self._argv = argv = _argparse_spellings(logger_spellings(argv), list_options)
+        argv = sys.argv[1:] if args is None else list(args)
+        self._argv = argv = script_arguments(argv, parser, self.model_class, self._module_keys)
         self.config = parser.parse_args(argv)
         if self.config.max_steps is not None and self.config.total_env_steps is not None:
             parser.error("--max_steps and --total_env_steps both set the run's length: pass one of them")
@@ -520,18 +448,6 @@ class ScriptCLI(RLLightningCLI):
         self._set_up_run(config.total_env_steps, own_logger=True, logger=config.logger)
 
 
-def _add_run_arguments(container: Any, max_steps_flag: str) -> None:
-    """``--num_threads`` and ``--total_env_steps``, the same in ``rl-lightning`` and the scripts."""
-    threads = "torch CPU threads (torch.set_num_threads)"
-    container.add_argument("--num_threads", type=PositiveInt, default=1, help=threads)
-    container.add_argument(
-        "--total_env_steps",
-        type=PositiveInt | None,
-        default=None,
-        help=f"the run's length in env steps (SB3's total_timesteps), in place of {max_steps_flag}",
-    )
-
-
 class _SaveRunConfig(SaveConfigCallback):
     """LightningCLI's ``config.yaml``, in the run's directory (``run_dir``; ``in_run_dir`` is set on every rank
     for a fit with the run's own loggers) whichever logger comes first: Lightning writes it to ``trainer.log_dir``,
@@ -554,42 +470,6 @@ class _SaveRunConfig(SaveConfigCallback):
             self.parser.save(self.config, path, skip_none=False, overwrite=self.overwrite, multifile=self.multifile)
             self.save_config(trainer, pl_module, stage)
         self.already_saved = True
-
-
-class _HelpFormatter(DefaultHelpFormatter):
-    """jsonargparse's help (type and default after each option) with the script's docstring as written."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        return "".join(indent + line for line in text.splitlines(keepends=True))
-
-
-def _argparse_spellings(argv: Sequence[str], list_options: set[str]) -> list[str]:
-    """``argv`` with the spellings jsonargparse does not read in its own, which the README documents for
-    the scripts: ``--hidden_sizes 64 64`` -> ``--hidden_sizes [64,64]``, and ``none`` / ``None`` -> ``null``."""
-
-    def is_option(token: str) -> bool:
-        return token.startswith("-") and not token.lstrip("-")[:1].isdigit()  # -1 and -0.5 are values
-
-    result: list[str] = []
-    index = 0
-    while index < len(argv):
-        token = argv[index]
-        index += 1
-        if token in ("none", "None"):
-            token = "null"
-        elif is_option(token) and token.endswith(("=none", "=None")):
-            token = token.rpartition("=")[0] + "=null"
-        result.append(token)
-        if token in list_options:
-            end = index
-            while end < len(argv) and not is_option(argv[end]):
-                end += 1
-            values, index = list(argv[index:end]), end
-            if values and values[0].startswith("["):  # jsonargparse's own list, maybe split by the shell
-                result.append(" ".join(values))
-            elif values:
-                result.append(f"[{','.join(values)}]")
-    return result
 
 
 def make_cli(args: ArgsType = None) -> RLLightningCLI:
