@@ -17,7 +17,7 @@ import lightning as L
 import yaml
 
 from rl_lightning.algos import ALGORITHMS
-from rl_lightning.deprecations import renames_of, same_value
+from rl_lightning.deprecations import RLLightningDeprecationWarning, renames_of, same_value
 from rl_lightning.scripting import is_launching_process
 
 MODEL_CLASSES = ALGORITHMS
@@ -179,9 +179,9 @@ def _is_option(token: str) -> bool:
 
 
 def _warn_renamed(message: str) -> None:
-    """A former argument name: a ``DeprecationWarning``, and a line on stderr (Python hides the warning outside
-    ``__main__``); once, not per DDP rank."""
-    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    """A former argument name: an ``RLLightningDeprecationWarning``, and a line on stderr (Python hides the
+    warning outside ``__main__``); once, not per DDP rank."""
+    warnings.warn(message, RLLightningDeprecationWarning, stacklevel=3)
     if is_launching_process():
         print(f"warning: {message}", file=sys.stderr, flush=True)
 
