@@ -27,10 +27,8 @@ with one update per training step.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, ClassVar
@@ -38,40 +36,30 @@ from typing import IO, Any, ClassVar
 import lightning as L
 import numpy as np
 import torch
-from lightning.fabric.utilities.apply_func import move_data_to_device
-from lightning.pytorch.callbacks import TQDMProgressBar
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from rl_lightning._checks import check_bool, check_choice, check_int, check_seed, check_str
+from rl_lightning.algos import _checkpointing, _envs, _run
 from rl_lightning.algos._charts import Charts
 from rl_lightning.algos._inputs import ObservationInputs, as_numpy, is_tensor_input
-from rl_lightning.algos.registry import algorithm_classes
-from rl_lightning.callbacks.guard import RunGuard, check_trainer_settings
-from rl_lightning.checkpoints import (
-    CHECKPOINT_KEY,
-    StepInNames,
-    check_checkpoint_fits,
-    gather_over_ranks,
-    load_checkpoint_file,
-    restore_source,
-    scale_restored_lr,
+from rl_lightning.algos._update_loop import (
+    adopt_training_step_as_update_loss,
+    count_optimizer_steps,
+    updates_per_step_for,
 )
+from rl_lightning.callbacks.guard import RunGuard
+from rl_lightning.checkpoints import StepInNames, check_checkpoint_fits
 from rl_lightning.compiling import CompiledFunctions, check_compile
 from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.data.source import EnvSource
 from rl_lightning.data.steps import TrainingStep, TrainingSteps
-from rl_lightning.deprecations import RLLightningDeprecationWarning, renamed_in_checkpoint, wrap_init
-from rl_lightning.envs import make_envs
+from rl_lightning.deprecations import renamed_in_checkpoint, wrap_init
 from rl_lightning.envs.base import VectorEnv
-from rl_lightning.envs.registry import BACKENDS, compilable_env_ids, is_native_env_id
+from rl_lightning.envs.registry import BACKENDS, is_native_env_id
 from rl_lightning.envs.spaces import zeros_like_space
 from rl_lightning.export import export_policy, to_torchscript
-from rl_lightning.progress import RLProgressBar
-from rl_lightning.seeding import derive_seed
 from rl_lightning.stopping import CollectiveStop
-from rl_lightning.threads import one_thread_for_small_networks
-from rl_lightning.trust import check_file_hyperparameters, local_file_settings, untrusted
 
 __all__ = ["RLModule", "as_numpy", "is_tensor_input"]
 
@@ -112,7 +100,7 @@ class RLModule(L.LightningModule):
         # the hparams and an unknown keyword's TypeError stay the real ones).
         super().__init_subclass__(**kwargs)
         if "training_step" in vars(cls) and "update_loss" not in vars(cls):
-            _adopt_training_step_as_update_loss(cls)
+            adopt_training_step_as_update_loss(cls, RLModule.training_step)
         if cls.renamed_hyperparameters and ("__init__" in vars(cls) or "renamed_hyperparameters" in vars(cls)):
             cls.__init__ = wrap_init(cls.__init__, cls.renamed_hyperparameters, cls.__name__)
 
@@ -138,17 +126,8 @@ class RLModule(L.LightningModule):
         )
         #: Whether ``make_envs(render=True)`` builds envs that render their own frames (gymnasium's, EnvPool's).
         self._renders_frames = self._gymnasium_env or env_backend == "envpool"
-        # A one-copy instance of the env gives its spaces (and checks env_id); no env is kept, so
-        # the module pickles (ddp_spawn) whatever the env holds.
-        spec_env = make_envs(env_id, num_envs=1, seed=seed, **_spec_env_options(self._env_options, num_envs))
-        spec_env.close()
-        if spec_env.action_kind not in self.action_kinds:
-            raise ValueError(
-                f"{type(self).__name__} cannot learn {env_id!r}: its action space "
-                f"{spec_env.single_action_space} is {spec_env.action_kind!r}, and "
-                f"{type(self).__name__} supports {', '.join(self.action_kinds)} action spaces"
-                f"{_other_algorithms(spec_env.action_kind)}"
-            )
+        # A one-copy instance of the env gives its spaces (and checks env_id and the action space).
+        spec_env = _envs.spec_env(self, env_id, num_envs, seed)
         self._env_class = type(spec_env)
         self.observation_space = spec_env.single_observation_space
         self.action_space = spec_env.single_action_space
@@ -277,16 +256,7 @@ class RLModule(L.LightningModule):
         in the Ray env workers of ``env_backend="ray"`` (the training envs). Other envs of a Ray run (evaluation,
         videos, the Hub card) are the same gymnasium env in this process: a few copies, no frames over the network,
         and a renderer that fails is a warning here, not a dead worker."""
-        options = {**self._env_options, "render": True} if render and self._renders_frames else self._env_options
-        if compile:
-            options = {**options, "compile": True}
-        if options["backend"] == "ray":
-            from rl_lightning.envs.ray_vector import options_for, split_ray_options
-
-            options = (
-                options_for(options, num_envs) if workers else {**split_ray_options(options)[1], "backend": "gymnasium"}
-            )
-        return make_envs(self.hparams.env_id, num_envs, seed=seed, device=self.device, **options)
+        return _envs.module_envs(self, num_envs, seed, render, compile, workers)
 
     @property
     def compile_seconds(self) -> dict[str, float]:
@@ -297,19 +267,6 @@ class RLModule(L.LightningModule):
         if env_seconds:
             seconds["env step"] = float(env_seconds)
         return seconds
-
-    @property
-    def _compiles_env_step(self) -> bool:
-        """Whether ``compile`` reaches the training envs: a native env with compiled dynamics (the
-        classic-control envs), on a GPU, or on the CPU from the copies where that wins there
-        (``cpu_compile_min_envs``: Acrobot always, CartPole from 4,096, the others from 65,536);
-        elsewhere the envs step eagerly and only the updates are compiled."""
-        if not self.compiled.enabled or self._gymnasium_env or self.hparams.env_id not in compilable_env_ids():
-            return False
-        if self.device.type != "cpu":
-            return True
-        min_envs = self._env_class.cpu_compile_min_envs
-        return min_envs is not None and self.hparams.num_envs >= min_envs
 
     def latest_rollout(self) -> RolloutTensors | None:
         """The newest on-policy rollout of the training envs, as the envs gave it (None for off-policy
@@ -337,21 +294,7 @@ class RLModule(L.LightningModule):
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def _build_source(self) -> EnvSource:
-        seed, rank, world_size, num_envs = self.hparams.seed, self.global_rank, self.world_size, self.hparams.num_envs
-        # Rank r's envs get the seeds gymnasium would give envs r * n .. r * n + n - 1 of one vector
-        # env of all ranks (its sub-env i is seeded seed + i): no two envs of a run share a seed.
-        # (compile and workers passed only when on: an override of make_envs written before them keeps working)
-        options = {"compile": True} if self._compiles_env_step else {}
-        if self._env_options["backend"] == "ray":
-            options["workers"] = True
-        envs = self.make_envs(num_envs, seed + rank * num_envs, **options)
-        source = self.make_source(envs)
-        source.configure_run(derive_seed(seed, "actions", rank), world_size, self._start_env_steps)
-        source.should_stop = self._received_sigterm
-        states, self._restored_sources = self._restored_sources, None
-        if states is not None:
-            restore_source(source, states, rank, world_size, self.hparams.env_id)
-        return source
+        return _envs.build_source(self)
 
     def _received_sigterm(self) -> bool:
         """Whether the run was asked to stop (under DDP agreed by every rank: ``rl_lightning.stopping``)."""
@@ -398,13 +341,13 @@ class RLModule(L.LightningModule):
                         "compile={'whole_update': True}: its loss function must go through self.compiled.update(...), "
                         "which steps the optimizer inside the compiled update"
                     )
-                _count_optimizer_steps(trainer, 1)
+                count_optimizer_steps(trainer, 1)
             elif direct:  # what Lightning's manual path does here, without its hook dispatch (_can_step_directly)
                 raw.zero_grad()
                 loss.backward()
                 self.on_before_optimizer_step(raw)
                 raw.step()
-                _count_optimizer_steps(trainer, 1)
+                count_optimizer_steps(trainer, 1)
             else:
                 optimizer.zero_grad()
                 self.manual_backward(loss)
@@ -416,29 +359,9 @@ class RLModule(L.LightningModule):
             updates -= 1
             skipped = min(self.updates_to_skip(), updates) if updates else 0
             if skipped:
-                _count_optimizer_steps(trainer, skipped)
+                count_optimizer_steps(trainer, skipped)
                 updates -= skipped
         return loss
-
-    def _can_step_directly(self) -> bool:
-        """Whether an update may call ``loss.backward()`` and the optimizer's ``step`` itself, and count the step
-        in ``global_step``, instead of going through Lightning's manual-optimisation path (its strategy, precision
-        plugin and hook dispatch cost more than a small network's backward): on one device in float32, where
-        neither a callback nor the module overrides a hook that path would call (``on_before_backward``,
-        ``on_after_backward``, ``on_before_optimizer_step``, ``backward``). The same arithmetic either way:
-        ``tests/algos/test_update_loop.py`` checks both paths give the same run."""
-        from lightning.pytorch.strategies import SingleDeviceStrategy
-
-        trainer = self.trainer
-        if type(trainer.strategy) is not SingleDeviceStrategy or str(trainer.precision) not in ("32-true", "32"):
-            return False
-        hooks = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
-        for callback in trainer.callbacks:
-            if any(getattr(type(callback), hook) is not getattr(L.Callback, hook) for hook in hooks):
-                return False
-        own = {"on_before_backward": L.LightningModule, "on_after_backward": L.LightningModule}
-        own |= {"backward": L.LightningModule, "on_before_optimizer_step": RLModule}
-        return all(getattr(type(self), hook) is getattr(owner, hook) for hook, owner in own.items())
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # After the gradients are unscaled (16-mixed), before the step: clip to max_grad_norm or the Trainer's value.
@@ -448,27 +371,8 @@ class RLModule(L.LightningModule):
         elif self.hparams.get("max_grad_norm") is not None:
             self.clip_gradients(optimizer, self.hparams.max_grad_norm, "norm")
 
-    def _take_over_gradient_clipping(self) -> None:
-        """``Trainer(gradient_clip_val=..., gradient_clip_algorithm=...)``, which Lightning refuses under manual
-        optimisation: the loop clips with it instead (it takes precedence over ``max_grad_norm``), and the
-        Trainer gets it back at teardown."""
-        trainer = self.trainer
-        if trainer.gradient_clip_val is None or trainer.gradient_clip_val <= 0:
-            return
-        algorithm = trainer.gradient_clip_algorithm or "norm"
-        self._gradient_clipping = (float(trainer.gradient_clip_val), str(getattr(algorithm, "value", algorithm)))
-        self._trainer_clipping = (trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-        trainer.gradient_clip_val, trainer.gradient_clip_algorithm = None, None
-
     def teardown(self, stage: str) -> None:
-        self._end_whole_updates()
-        threads = self.__dict__.pop("_threads_to_restore", None)
-        if threads is not None:
-            torch.set_num_threads(threads)
-        restored = self.__dict__.pop("_trainer_clipping", None)
-        if restored is not None and self._attached:
-            self.trainer.gradient_clip_val, self.trainer.gradient_clip_algorithm = restored
-            self._gradient_clipping = None
+        _run.end_run(self)
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -646,106 +550,15 @@ class RLModule(L.LightningModule):
     def configure_callbacks(self) -> list[L.Callback]:
         """:class:`~rl_lightning.callbacks.guard.RunGuard`, ``StepInNames`` (``{step}`` in checkpoint names), and
         Lightning's progress bar replaced by ``RLProgressBar``; subclasses add to ``super().configure_callbacks()``."""
-        if self._attached and type(self.trainer.progress_bar_callback) is TQDMProgressBar:
-            # Swapped in place rather than returned: a returned subclass of TQDMProgressBar makes
-            # Lightning say it "will override existing callbacks passed to Trainer", which the user did not pass.
-            callbacks = self.trainer.callbacks
-            callbacks[callbacks.index(self.trainer.progress_bar_callback)] = RLProgressBar()
-        if self._attached:  # before Lightning checks the Trainer for manual optimisation
-            check_trainer_settings(self.trainer)
-            self._take_over_gradient_clipping()
+        if self._attached:
+            _run.prepare_trainer(self)
         return [RunGuard(), StepInNames()]
 
     def on_fit_start(self) -> None:
-        self._check_ranks_start_together()
-        self._threads_to_restore = one_thread_for_small_networks(self)
+        _run.start_fit(self)
 
     def on_train_start(self) -> None:
-        self._charts.start(self.env_steps)
-        self._stop.install(self.trainer)
-        callbacks = self.trainer.callbacks
-        self._update_callbacks = (
-            [c for c in callbacks if callable(getattr(c, "on_update_start", None))],
-            [c for c in callbacks if callable(getattr(c, "on_update_end", None))],
-        )
-        self._direct_steps = self._can_step_directly()
-        if self.compiled.wants_whole_update:
-            self._start_whole_updates()
-
-    def _check_ranks_start_together(self) -> None:
-        """Under DDP every rank must start from the same point: a rank that restored a checkpoint and one that did
-        not (``--ckpt_path last`` on nodes without a shared directory: node 1 finds no ``last.ckpt``) would fail
-        in their first collectives with an unrelated error, or wait on each other. Checked once the checkpoint is
-        read, before any collective of the run: a ``RuntimeError`` on every rank, naming what each holds."""
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        if self.trainer.world_size <= 1 or not distributed:
-            return
-        resumed = int(self.trainer.ckpt_path is not None)
-        here = torch.tensor([resumed, self.env_steps], dtype=torch.int64, device=self.trainer.strategy.root_device)
-        gathered = [torch.empty_like(here) for _ in range(torch.distributed.get_world_size())]
-        torch.distributed.all_gather(gathered, here)  # c10d's own: no autograd graph around it
-        every = [tensor.tolist() for tensor in gathered]
-        if any(rank != every[0] for rank in every):
-            found = ", ".join(
-                f"rank {rank}: " + (f"a checkpoint at env step {env:,}" if loaded else "no checkpoint")
-                for rank, (loaded, env) in enumerate(every)
-            )
-            raise RuntimeError(
-                f"the processes of this run start from different points ({found}). Give every node the same "
-                "checkpoint: one --ckpt_path file, or a --default_root_dir on a shared file system for --ckpt_path "
-                "last"
-            )
-
-    def _start_whole_updates(self) -> None:
-        """``compile={"whole_update": True}``: hand the optimizer, the clipping and the per-update Polyak syncs to
-        one compiled function per update (``rl_lightning.compiling.WholeUpdate``), where the loop steps the
-        optimizer itself and the module's update is an rl_lightning algorithm's; else say why only the loss is
-        compiled."""
-        from lightning.pytorch.utilities import rank_zero_warn
-
-        from rl_lightning.callbacks.target_sync import TargetNetworkSync
-        from rl_lightning.compiling import WholeUpdate
-
-        update_loss = type(self).update_loss  # an algorithm's own (not a subclass's, nor an adopted training_step)
-        own_update = (
-            update_loss.__module__.startswith("rl_lightning.algos.") and "<locals>" not in update_loss.__qualname__
-        )
-        optimizer = self.optimizers().optimizer
-        why = None
-        if not self._direct_steps:
-            why = (
-                "it needs one device in float32, with no callback or module hook on backward or the optimizer step "
-                "(Lightning's manual-optimisation path runs here)"
-            )
-        elif not own_update:
-            why = "its update_loss is overridden (the compiled function would miss what the override adds)"
-        elif WholeUpdate.unsupported(optimizer):
-            why = WholeUpdate.unsupported(optimizer)
-        if why is not None:
-            rank_zero_warn(f"compile={{'whole_update': True}}: this run compiles the update's loss only: {why}")
-            return
-        syncs = [c for c in self.trainer.callbacks if isinstance(c, TargetNetworkSync)]
-        handed = [polyak for polyak in (sync.hand_over(self) for sync in syncs) if polyak is not None]
-        polyak = None
-        if len(handed) == 1:
-            polyak = handed[0]
-        elif handed:  # more than one: the callbacks keep moving their targets
-            for sync in syncs:
-                sync.take_back()
-        clipping = self._gradient_clipping
-        if clipping is None and self.hparams.get("max_grad_norm") is not None:
-            clipping = (float(self.hparams.max_grad_norm), "norm")
-        self.compiled.whole_update = WholeUpdate(optimizer, clipping, polyak, self.compiled.compile_arguments)
-
-    def _end_whole_updates(self) -> None:
-        """Give the syncs back the work :meth:`_start_whole_updates` took."""
-        from rl_lightning.callbacks.target_sync import TargetNetworkSync
-
-        whole, self.compiled.whole_update = self.compiled.whole_update, None
-        if whole is not None and self._attached:
-            for callback in self.trainer.callbacks:
-                if isinstance(callback, TargetNetworkSync):
-                    callback.take_back()
+        _run.start_training(self, RLModule)
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -767,62 +580,13 @@ class RLModule(L.LightningModule):
         trust_remote_code: bool = False,
         **kwargs: Any,
     ) -> Any:
-        """The module saved in ``checkpoint_path``, built as Lightning's ``load_from_checkpoint`` builds it
-        (the saved hyper-parameters, ``kwargs`` overriding them, then the weights), with nothing in the file
-        able to run code:
-
-        - it is read with ``torch.load(weights_only=True)`` (no pickle runs); an empty, text or foreign file
-          is a ``ValueError`` saying which, and so is a checkpoint of another algorithm or env;
-        - its hyper-parameters are data: the class paths they name (wrappers, ``_class_path``, Lightning's
-          ``_instantiator``, ``{"class_path": ...}`` specs) must be on ``rl_lightning.trust``'s allow-list,
-          checked before anything is imported, and the module is built as ``cls(**hyper_parameters)``, never by
-          jsonargparse; nor may they choose where the process connects or what it runs: ``env_backend="ray"`` and
-          compile's ``options`` are left out, with a note (``rl_lightning.trust.local_file_settings``);
-        - a value saved under a former name loads under its new one (``renamed_hyperparameters``).
-
-        Args:
-            checkpoint_path: a checkpoint file (or an open binary file).
-            map_location: where the weights go (a device or Lightning's ``map_location`` forms; None: the
-                CPU, or wherever the saved tensors were).
-            hparams_file: a YAML or CSV file of hyper-parameters replacing the checkpoint's (yours: trusted).
-            strict: as ``load_state_dict``'s.
-            trust_remote_code: the file is yours: take any class path and process-level setting it holds.
-            **kwargs: hyper-parameters that replace the checkpoint's (yours: not checked against the list).
-
-        Raises:
-            rl_lightning.trust.UntrustedCheckpointError: a ``ValueError`` naming the key, for a class path
-                outside the allow-list.
-        """
-        from lightning.pytorch.core.saving import _load_state, load_hparams_from_tags_csv, load_hparams_from_yaml
-        from lightning.pytorch.utilities.migration.utils import _pl_migrate_checkpoint
-
-        check_bool("trust_remote_code", trust_remote_code)
-        where = str(checkpoint_path) if isinstance(checkpoint_path, (str, Path)) else "the checkpoint"
-        checkpoint = load_checkpoint_file(checkpoint_path, map_location)
-        path = checkpoint_path if isinstance(checkpoint_path, (str, Path)) else None
-        checkpoint = _pl_migrate_checkpoint(checkpoint, checkpoint_path=path)
-        if hparams_file is not None:
-            suffix = str(hparams_file).rsplit(".", 1)[-1].lower()
-            if suffix not in ("csv", "yml", "yaml"):
-                raise ValueError(f"hparams_file must be a .csv, .yml or .yaml file, got {str(hparams_file)!r}")
-            load = load_hparams_from_tags_csv if suffix == "csv" else load_hparams_from_yaml
-            checkpoint["hyper_parameters"] = dict(load(hparams_file) or {})
-        # What the caller passes is theirs; what the file holds is data, checked before anything is built.
-        from_file = {
-            name: value for name, value in (checkpoint.get("hyper_parameters") or {}).items() if name not in kwargs
-        }
-        if not trust_remote_code and hparams_file is None:  # and it may not choose where the process connects
-            check_file_hyperparameters(from_file, where)
-            from_file = local_file_settings(from_file, where)
-        for key in ("_instantiator", "_class_path"):  # Lightning's jsonargparse path, which would build class specs
-            from_file.pop(key, None)
-        checkpoint["hyper_parameters"] = {**from_file, **cls.upgraded_hyperparameters(from_file), **kwargs}
-        # A wrapper class path the file holds resolves against the allow-list even at construction.
-        trusted = trust_remote_code or hparams_file is not None or "env_kwargs" in kwargs
-        with contextlib.nullcontext() if trusted else untrusted(where):
-            model = _load_state(cls, checkpoint, strict=strict)
-        tensor = next((value for value in checkpoint["state_dict"].values() if isinstance(value, Tensor)), None)
-        return model.to(tensor.device) if tensor is not None else model
+        """The module saved in ``checkpoint_path``, built as Lightning's ``load_from_checkpoint`` builds it, with
+        nothing in the file able to run code: read with ``torch.load(weights_only=True)``, its class paths checked
+        against ``rl_lightning.trust``'s allow-list unless ``trust_remote_code``, former names upgraded
+        (:func:`rl_lightning.algos._checkpointing.load_module` says what each argument does)."""
+        return _checkpointing.load_module(
+            cls, checkpoint_path, map_location, hparams_file, strict, trust_remote_code, **kwargs
+        )
 
     @classmethod
     def upgraded_hyperparameters(cls, saved: dict[str, Any]) -> dict[str, Any]:
@@ -839,102 +603,12 @@ class RLModule(L.LightningModule):
         """Restore what :meth:`extra_checkpoint_state` saved."""
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # The class, for `rl-lightning validate --ckpt_path X` (LightningCLI reads it from here).
-        checkpoint.setdefault("hyper_parameters", {})["_class_path"] = (
-            f"{type(self).__module__}.{type(self).__qualname__}"
-        )
-        state = None if self.source is None else move_data_to_device(self.source.state_dict(), "cpu")
-        checkpoint[CHECKPOINT_KEY] = {
-            "algorithm": self.algorithm_name(),
-            "env_id": self.hparams.env_id,
-            "env_steps": self.env_steps,
-            "sources": gather_over_ranks(state, self.world_size) if self.source is not None else None,
-            **self.extra_checkpoint_state(),
-        }
+        _checkpointing.save_payload(self, checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.check_checkpoint(checkpoint)
-        scale_restored_lr(checkpoint, self.hparams.get("lr"))  # a resume with another --lr uses it
-        payload = checkpoint.get(CHECKPOINT_KEY) or {}
-        self._start_env_steps = int(payload.get("env_steps", 0))
-        self._restored_sources = payload.get("sources")
-        self.source = None  # rebuilt (and restored) by train_dataloader
-        self.load_extra_checkpoint_state(payload)
+        _checkpointing.load_payload(self, checkpoint)
 
     def check_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Raise ``ValueError`` if ``checkpoint`` was saved by another algorithm, for another env, with
         other network shapes or (a resume) another ``num_envs``."""
         check_checkpoint_fits(checkpoint, self.algorithm_name(), self.hparams, self.state_dict())
-
-
-def _adopt_training_step_as_update_loss(cls: type) -> None:
-    """A subclass written before the update loop moved into the training step overrides ``training_step(batch,
-    batch_idx)`` as the algorithm's update (calling ``super().training_step(batch, batch_idx)`` for the parent's
-    loss): it keeps working, as that class's ``update_loss`` (``batch_idx``: the update's index in its epoch), with
-    a ``DeprecationWarning`` saying what to write instead."""
-    step = vars(cls)["training_step"]
-    warnings.warn(
-        f"{cls.__name__}.training_step(batch, batch_idx) as the algorithm's update is deprecated: define "
-        "update_loss(batch) instead (and call super().update_loss(batch) for the parent's loss); a training step now "
-        "runs several updates (rl_lightning.callbacks.updates)",
-        RLLightningDeprecationWarning,
-        stacklevel=3,
-    )
-
-    def update_loss(self: Any, batch: Any) -> Tensor:
-        previous = self.__dict__.get("_legacy_update_loss")
-        object.__setattr__(self, "_legacy_update_loss", super(cls, self).update_loss)
-        try:
-            index = self.trainer.global_step % len(self.source) if self._attached and self.source is not None else 0
-            return step(self, batch, index)
-        finally:
-            object.__setattr__(self, "_legacy_update_loss", previous)
-
-    cls.update_loss = update_loss
-    cls.training_step = RLModule.training_step
-
-
-def _count_optimizer_steps(trainer: L.Trainer, count: int) -> None:
-    """Count ``count`` update slots a training step skipped (``updates_to_skip``) as optimizer steps in
-    Lightning's manual-optimisation counter (what ``global_step`` reads). The one place that reaches it:
-    ``tests/algos/test_update_loop.py`` fails if Lightning renames it."""
-    trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress.increment_by(count)
-
-
-def updates_per_step_for(trainer: L.Trainer, updates_per_step: int) -> int:
-    """The updates one training step of this run holds: ``updates_per_step``, lowered to its greatest common
-    divisor with every ``ModelCheckpoint(every_n_train_steps=N)``'s N (with a warning): Lightning checks N after
-    training steps, so a save that fell inside one would be skipped."""
-    from lightning.pytorch.callbacks import ModelCheckpoint
-    from lightning.pytorch.utilities import rank_zero_warn
-
-    chosen = updates_per_step
-    for callback in trainer.checkpoint_callbacks:
-        every = getattr(callback, "_every_n_train_steps", 0) if isinstance(callback, ModelCheckpoint) else 0
-        if every and every % chosen:
-            lowered = math.gcd(chosen, every)
-            rank_zero_warn(
-                f"ModelCheckpoint(every_n_train_steps={every}) saves after training steps: {chosen} updates per "
-                f"training step would skip its saves, so this run holds {lowered} (the same run, more of Lightning's "
-                f"per-step cost); a multiple of {chosen} (or every_n_epochs) keeps {chosen}"
-            )
-            chosen = lowered
-    return chosen
-
-
-def _spec_env_options(options: dict[str, Any], num_envs: int) -> dict[str, Any]:
-    """``make_envs``'s options for the one-copy env that gives a module its spaces: Ray's envs in this process
-    (the same env and spaces, without starting Ray workers where a module is only built)."""
-    if options["backend"] != "ray":
-        return options
-    from rl_lightning.envs.ray_vector import check_ray_options, split_ray_options
-
-    ray_options, env_options = split_ray_options(options)
-    check_ray_options(num_envs, **ray_options)  # a bad worker count is an error here, not when the run starts
-    return {**env_options, "backend": "gymnasium"}
-
-
-def _other_algorithms(action_kind: str) -> str:
-    """``": use X or Y"`` for the rl_lightning algorithms that support ``action_kind``."""
-    names = [name for name, klass in algorithm_classes().items() if action_kind in klass.action_kinds]
-    return f": use {' or '.join(names)}" if names else ""
