@@ -12,7 +12,7 @@ the loop's (``RLModule.training_step``).
 pass, gradient clipping, Adam's step and a per-update Polyak target update as one function of tensors
 (:class:`WholeUpdate`; dynamo splits it at the backward call, which runs AOTAutograd's compiled backward graph).
 It applies where the loop steps the optimizer itself (one device, float32, no hook on backward or the step:
-``RLModule._can_step_directly``) and the optimizer is Adam or AdamW; elsewhere the run compiles the loss only,
+``algos._run.can_step_directly``) and the optimizer is Adam or AdamW; elsewhere the run compiles the loss only,
 with a warning saying why. On this project's 2-core CPU it is 1-5% faster per update than the compiled loss followed
 by Adam's fused CPU kernel, and no faster than eager for SAC (``benchmarks/results/engine.md``), so it is not the
 default; it is the shape CUDA graphs need, not yet measured on a GPU here.
@@ -169,7 +169,7 @@ class CompiledFunctions:
         if options is not None:
             use_capability_cache_dir()  # before anything of the run compiles (a native env's step)
         self._functions: dict[Callable[..., Any], Callable[..., Any]] = {}
-        #: The whole update's compiled functions while a run holds them (``RLModule._start_whole_updates``).
+        #: The whole update's compiled functions while a run holds them (``algos._whole_update.start_whole_updates``).
         self.whole_update: WholeUpdate | None = None
         #: Seconds spent in each function's first call: compiling its forward graph, and one run of it
         #: (inductor compiles the backward graph lazily, at the first backward pass: not counted here).

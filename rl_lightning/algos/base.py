@@ -4,7 +4,7 @@ It owns what is the same for all of them, so an algorithm is only its loss, its 
 settings and its networks: the env's spaces and the training envs (built on the module's device,
 rank r's seeded ``seed + r * num_envs``); the env-step clock and the run's plan in env steps; the
 charts (episode statistics, ``charts/SPS``, the progress bar); ``act``; greedy validation and
-test; the checkpoint payload (``rl_lightning.checkpoints``) and the NaN guard. The Trainer-level
+test; the checkpoint payload (``rl_lightning.algos._checkpointing``) and the NaN guard. The Trainer-level
 guards are one callback (``rl_lightning.callbacks.guard.RunGuard``).
 
 A subclass implements ``make_source`` (its data source over the envs), ``policy_actions``
