@@ -2,42 +2,38 @@
 
 :class:`GymnasiumVectorEnv` wraps gymnasium's own vector env (``gymnasium.make_vec`` in
 ``"sync"`` or ``"async"`` mode, same-step auto-reset) and converts at the boundary: numpy in,
-torch out, one batched conversion per array and no Python loop over envs.
+torch out, one batched conversion per array and no Python loop over envs. What it passes to
+``make_vec`` from its ``env_kwargs`` is :mod:`rl_lightning.envs.gym_options`'s; an id's spec (the
+``"module:id"`` form, namespace packages) and time limit are :mod:`rl_lightning.envs.gym_ids`'s.
 
-Importing this module also registers ``rl_lightning/CartPolePixels-v1`` with gymnasium:
-CartPole-v1 whose observation is an RGB frame drawn by our torch rasteriser (no pygame).
+Importing this module also registers ``rl_lightning/CartPolePixels-v1`` with gymnasium
+(:mod:`rl_lightning.envs.cartpole_pixels`).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
-import importlib
-import os
-import sys
 import warnings
 import weakref
-from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.envs.classic_control.cartpole import CartPoleEnv
-from gymnasium.envs.registration import EnvSpec, load_env_creator
 from torch import Tensor
 
-from rl_lightning._checks import check_bool, check_choice, check_int, check_seed, check_str
-from rl_lightning.envs.atari import (
-    GAME_OVER_KEY,
-    GAME_REWARD_KEY,
-    atari_make_kwargs,
-    atari_options,
-    atari_wrappers,
-)
+from rl_lightning._checks import check_bool, check_choice, check_seed
+from rl_lightning.envs.atari import GAME_OVER_KEY, GAME_REWARD_KEY
 from rl_lightning.envs.base import VectorEnv
-from rl_lightning.envs.cartpole import draw_cartpole
+from rl_lightning.envs.cartpole_pixels import CARTPOLE_PIXELS_ID as CARTPOLE_PIXELS_ID  # re-exported
+from rl_lightning.envs.cartpole_pixels import CartPolePixelsEnv as CartPolePixelsEnv  # re-exported
+from rl_lightning.envs.gym_ids import gymnasium_spec, time_limit
+from rl_lightning.envs.gym_ids import import_env_module as import_env_module  # re-exported
+from rl_lightning.envs.gym_options import check_rgb_array, gymnasium_make_kwargs
+from rl_lightning.envs.gym_options import resolve_wrappers as resolve_wrappers  # re-exported
+from rl_lightning.envs.gym_spaces import encode_observations as encode_observations  # re-exported
+from rl_lightning.envs.gym_spaces import uint8_image_layout, unsupported_space
 from rl_lightning.envs.mujoco_warnings import headless_mujoco_can_render, route_mujoco_warnings
 from rl_lightning.envs.spaces import (
     ACTION_MASK_KEY,
@@ -50,188 +46,16 @@ from rl_lightning.envs.spaces import (
     flat_parts,
     flat_values,
     float32_bounds,
-    image_layout,
     is_structured,
     leaf_space,
 )
-from rl_lightning.trust import (
-    TRUST_FILE,
-    UntrustedCheckpointError,
-    as_mapping,
-    is_allowed_wrapper_path,
-    refused_wrapper,
-    untrusted_source,
-)
 
 VECTORIZATION_MODES = ("sync", "async")
-CARTPOLE_PIXELS_ID = "rl_lightning/CartPolePixels-v1"
-# Namespaces whose package registers its ids with gymnasium when imported.
-_NAMESPACE_PACKAGES = {"ALE": ("ale_py", "rl_lightning[atari]")}
 
 
 #: Evaluation's cap on an episode of an env without a time limit (``evaluate_policy(max_episode_steps=None)``).
 NO_TIME_LIMIT_EVAL_STEPS = 1_000
 _WARNED_NO_TIME_LIMIT: set[str] = set()
-
-
-def time_limit(spec: EnvSpec, env_kwargs: dict[str, Any]) -> int | None:
-    """The time limit, in steps, of the env ``gymnasium.make(spec.id, **env_kwargs)`` builds: its
-    ``max_episode_steps`` (given or the spec's), an Atari env's ``max_num_frames_per_episode`` over its
-    frame skip; None if it has none."""
-    limit = env_kwargs.get("max_episode_steps", spec.max_episode_steps)
-    if limit is not None:
-        return int(limit)
-    kwargs = {**(spec.kwargs or {}), **env_kwargs}
-    frames = kwargs.get("max_num_frames_per_episode")
-    if frames is None and spec.id.startswith("ALE/"):
-        frames = 108_000  # ale_py's default
-    if frames is not None and int(frames) > 0:
-        skip = kwargs.get("frameskip", 4)
-        return max(1, int(frames) // (skip if isinstance(skip, int) and skip > 0 else 1))
-    return None
-
-
-def import_env_module(env_id: str) -> None:
-    """Import the module of gymnasium's ``"module:id"`` form (``my_envs:Corridor-v0``: ``my_envs``, which registers
-    ``Corridor-v0`` when imported), as ``gymnasium.make`` does; from the working directory too, as ``python -m``
-    would (a script's own directory is on ``sys.path``, the user's is not). While an untrusted file is loaded
-    (``rl_lightning.trust``) only a module the user imported already is accepted.
-
-    Raises:
-        ValueError: for a module that cannot be imported (with the reason), or an empty part.
-    """
-    module, _, name = env_id.partition(":")
-    if not module or not name:
-        raise ValueError(f"env_id {env_id!r}: gymnasium's form is 'module:EnvName-vN', both parts non-empty")
-    if module in sys.modules:
-        return
-    source = untrusted_source()
-    if source is not None:
-        raise UntrustedCheckpointError(
-            f"{source}: env_id {env_id!r} would import {module!r}; nothing was imported; import {module} yourself "
-            "first, or " + TRUST_FILE
-        )
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as error:
-        if error.name != module.split(".")[0] or os.getcwd() in sys.path:
-            raise ValueError(f"env_id {env_id!r}: cannot import {module!r} ({error})") from None
-        sys.path.append(os.getcwd())
-        try:
-            importlib.import_module(module)
-        except ImportError as retry:
-            raise ValueError(
-                f"env_id {env_id!r}: cannot import {module!r} ({retry}); put it on PYTHONPATH (or run from its "
-                "directory)"
-            ) from None
-    except ImportError as error:
-        raise ValueError(f"env_id {env_id!r}: cannot import {module!r} ({error})") from None
-
-
-def gymnasium_spec(env_id: str) -> EnvSpec:
-    """gymnasium's spec of ``env_id``, importing the package of a known namespace first
-    (``ALE/...``: ``ale_py``), and the module of gymnasium's ``"module:id"`` form (:func:`import_env_module`).
-
-    Raises:
-        ValueError: if gymnasium does not know ``env_id`` (with gymnasium's own hint).
-    """
-    check_str("env_id", env_id)
-    if ":" in env_id:
-        import_env_module(env_id)
-        env_id = env_id.split(":", 1)[1]
-    namespace = env_id.split("/", 1)[0] if "/" in env_id else None
-    package = _NAMESPACE_PACKAGES.get(namespace)
-    missing = ""
-    if package is not None:
-        try:
-            importlib.import_module(package[0])
-        except ImportError:
-            missing = f"; {namespace} ids need the {package[0]} package: pip install '{package[1]}'"
-    try:
-        return gym.spec(env_id)
-    except (gym.error.Error, ImportError) as error:
-        raise ValueError(f"{env_id!r} is not a gymnasium env id ({error}){missing}") from None
-
-
-def encode_observations(space: gym.Space, obs: Any) -> Tensor:
-    """A batch of gymnasium observations of ``space`` as the adapter gives them to a module: a
-    ``Discrete(n, start)`` index one-hot (float32 ``(batch, n)``), anything else as a tensor."""
-    if isinstance(space, gym.spaces.Discrete):
-        return encode_leaf(space, obs, "")
-    return torch.as_tensor(np.asarray(obs))
-
-
-def _unsupported(env_id: str, which: str, space: gym.Space, allowed: str) -> ValueError:
-    return ValueError(
-        f"{env_id!r} has an unsupported {which} space {space!r} ({type(space).__name__}): "
-        f"GymnasiumVectorEnv supports {allowed}; wrap the env, e.g. "
-        f"env_kwargs={{'wrappers': ['gymnasium.wrappers.FlattenObservation']}} (from the command line: "
-        f'--env_kwargs \'{{"wrappers": ["gymnasium.wrappers.FlattenObservation"]}}\')'
-    )
-
-
-def resolve_wrappers(wrappers: Any) -> list[Any]:
-    """``env_kwargs["wrappers"]`` as gymnasium's ``make_vec`` takes them: a list whose entries are a
-    ``gymnasium.Wrapper`` subclass, a callable ``env -> env`` passed as an object (a function, a
-    ``functools.partial``), the class path of a wrapper (``"gymnasium.wrappers.FlattenObservation"``,
-    what a YAML config or a command line can hold, and a checkpoint can store), or
-    ``{"class_path": ..., "init_args": {...}}`` for one with arguments.
-
-    A class path must name a ``gymnasium.Wrapper`` subclass, checked before it is called. While an
-    untrusted file is loaded (``rl_lightning.trust``), a class path resolves only against the
-    allow-list, before anything is imported.
-
-    Raises:
-        TypeError: for an entry that is not a wrapper (``"os.system"``, a class that is not a wrapper).
-        ValueError: for a class path that cannot be imported or that a file may not name.
-    """
-    if not isinstance(wrappers, (list, tuple)):
-        raise TypeError(f"env_kwargs['wrappers'] must be a list of wrappers, got {type(wrappers).__name__}")
-    resolved = []
-    for index, wrapper in enumerate(wrappers):
-        where = f"env_kwargs['wrappers'][{index}]"
-        init_args: dict[str, Any] = {}
-        spec = None if isinstance(wrapper, str) else as_mapping(wrapper)  # a dict, or jsonargparse's Namespace
-        if spec is not None:
-            if set(spec) - {"class_path", "init_args"} or not isinstance(spec.get("class_path"), str):
-                raise ValueError(f"{where} must be {{'class_path': ..., 'init_args': {{...}}}}, got {wrapper!r}")
-            parsed = not isinstance(wrapper, Mapping)  # jsonargparse's Namespace: every parameter, the env's too
-            wrapper, init_args = spec["class_path"], dict(as_mapping(spec.get("init_args")) or {})
-            if parsed:
-                init_args.pop("env", None)
-        if isinstance(wrapper, str):
-            source = untrusted_source()
-            if source is not None and not is_allowed_wrapper_path(wrapper):
-                raise refused_wrapper(wrapper, where, source)
-            module_name, _, name = wrapper.rpartition(".")
-            try:
-                wrapper = getattr(importlib.import_module(module_name), name)
-            except (ImportError, AttributeError, ValueError) as error:
-                raise ValueError(
-                    f"{where}: cannot import {wrapper!r} (a class path such as "
-                    f"'gymnasium.wrappers.FlattenObservation'): {error}"
-                ) from None
-            if not (isinstance(wrapper, type) and issubclass(wrapper, gym.Wrapper)):
-                raise TypeError(
-                    f"{where}: {module_name}.{name} is not a gymnasium.Wrapper subclass, which a class path must "
-                    f"name (it is {_describe(wrapper)}); pass your own callable env -> env as an object from Python"
-                )
-        elif isinstance(wrapper, type) and not issubclass(wrapper, gym.Wrapper):
-            raise TypeError(
-                f"{where}: {wrapper.__module__}.{wrapper.__qualname__} is a class but not a gymnasium.Wrapper "
-                "subclass; pass a wrapper class or a callable env -> env"
-            )
-        elif not callable(wrapper):
-            raise TypeError(f"{where} must be a wrapper class, a callable env -> env or a class path, got {wrapper!r}")
-        resolved.append(functools.partial(wrapper, **init_args) if init_args else wrapper)
-    return resolved
-
-
-def _describe(value: Any) -> str:
-    """``a builtin function``, ``a class``, ``a module``, ... for a message."""
-    if isinstance(value, type):
-        return f"the class {value.__module__}.{value.__qualname__}"
-    return f"a {type(value).__name__}"
 
 
 def _quiet_async_worker(*args: Any) -> None:
@@ -257,15 +81,6 @@ def _close_quietly(reference: weakref.ref) -> None:
     if envs is not None:
         with contextlib.suppress(Exception):
             envs.close()
-
-
-def _uint8_image_layout(env_id: str, space: gym.spaces.Box) -> str | None:
-    """The layout of a uint8 image observation (None: no uint8 image); a ``ValueError`` naming the env
-    for a uint8 shape whose layout cannot be told (rather than casting its pixels to float32)."""
-    try:
-        return image_layout(space) if space.dtype == np.uint8 else None
-    except ValueError as error:
-        raise ValueError(f"{env_id!r}: {error}") from None
 
 
 class GymnasiumVectorEnv(VectorEnv):
@@ -331,26 +146,8 @@ class GymnasiumVectorEnv(VectorEnv):
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         if seed is not None:
             check_seed("seed", seed)
-        if "render_mode" in env_kwargs:
-            raise TypeError("pass render=True (for render_mode='rgb_array') instead of render_mode")
-        if "wrappers" in env_kwargs:
-            env_kwargs["wrappers"] = resolve_wrappers(env_kwargs["wrappers"])
         #: The Atari preset's options (``rl_lightning.envs.atari``), None without it.
-        self.atari = atari_options(env_kwargs.pop("atari", None))
-        if self.atari is not None:
-            _check_atari(env_id, spec, env_kwargs)
-            env_kwargs.update(atari_make_kwargs(self.atari))
-            env_kwargs["wrappers"] = [*atari_wrappers(self.atari), *env_kwargs.get("wrappers", [])]
-        if render:
-            _check_rgb_array(env_id, _declared_render_modes(spec))  # before building, where known
-            if str(spec.entry_point).startswith("gymnasium.envs.mujoco") and not {"camera_name", "camera_id"} & set(
-                env_kwargs
-            ):
-                # gymnasium 1.4's MuJoCo envs render from a fixed free camera unless asked for one: the runner
-                # leaves the picture. Their models' tracking camera follows it (a model without one keeps the
-                # free camera: gymnasium resolves a missing name to it).
-                env_kwargs["camera_name"] = "track"
-            env_kwargs["render_mode"] = "rgb_array"
+        self.atari, env_kwargs = gymnasium_make_kwargs(env_id, spec, env_kwargs, render)
 
         self.env_id = env_id
         self.vectorization_mode = vectorization_mode
@@ -375,7 +172,7 @@ class GymnasiumVectorEnv(VectorEnv):
             self._convert_observation_space(env_id, self.gymnasium_envs.single_observation_space)
             metadata = self.gymnasium_envs.metadata
             if render:
-                _check_rgb_array(env_id, metadata.get("render_modes", []))
+                check_rgb_array(env_id, metadata.get("render_modes", []))
             super().__init__(num_envs, seed, device)
         except BaseException:
             self.gymnasium_envs.close()
@@ -414,7 +211,7 @@ class GymnasiumVectorEnv(VectorEnv):
             self._obs_start = int(space.start)
             self._obs_size = int(space.n)
             self.single_observation_space = gym.spaces.Box(0.0, 1.0, (int(space.n),), np.float32)
-        elif isinstance(space, gym.spaces.Box) and (layout := _uint8_image_layout(env_id, space)) is not None:
+        elif isinstance(space, gym.spaces.Box) and (layout := uint8_image_layout(env_id, space)) is not None:
             self._obs_kind = "image"
             #: How :meth:`draw` reads the images (``rl_lightning.envs.spaces.image_layout``).
             self._image_layout = layout
@@ -424,7 +221,7 @@ class GymnasiumVectorEnv(VectorEnv):
             low, high = float32_bounds(space.low), float32_bounds(space.high)
             self.single_observation_space = gym.spaces.Box(low, high, space.shape, np.float32)
         else:
-            raise _unsupported(env_id, "observation", space, "Box, Discrete, Dict and Tuple observations")
+            raise unsupported_space(env_id, "observation", space, "Box, Discrete, Dict and Tuple observations")
 
     def _find_action_masks(self, space: gym.Space) -> str | None:
         """``"obs"`` for a Dict observation with an ``"action_mask"`` key, ``"info"`` for an env whose
@@ -459,7 +256,7 @@ class GymnasiumVectorEnv(VectorEnv):
             low, high = float32_bounds(space.low), float32_bounds(space.high)
             self.single_action_space = gym.spaces.Box(low, high, space.shape, np.float32)
         else:
-            raise _unsupported(
+            raise unsupported_space(
                 env_id, "action", space, "Discrete, floating Box, 1-d MultiDiscrete and 1-d MultiBinary actions"
             )
 
@@ -730,82 +527,3 @@ class GymnasiumVectorEnv(VectorEnv):
             f"GymnasiumVectorEnv({self.env_id!r}, num_envs={self.num_envs}, device={self.device}, "
             f"vectorization_mode={self.vectorization_mode!r})"
         )
-
-
-#: The base env's arguments that the Atari preset sets itself (from its options).
-_ATARI_SETS = ("frameskip", "repeat_action_probability", "max_num_frames_per_episode", "max_episode_steps")
-
-
-def _check_atari(env_id: str, spec: EnvSpec, env_kwargs: dict[str, Any]) -> None:
-    """The Atari preset needs an ALE env and sets the base env's frame skip, sticky actions and time limit
-    from its own options: a ``ValueError`` for another env, or for those arguments given beside it."""
-    entry_point = spec.entry_point if isinstance(spec.entry_point, str) else getattr(spec.entry_point, "__module__", "")
-    if not str(entry_point).startswith("ale_py"):
-        raise ValueError(
-            f"env_kwargs['atari'] is the Atari preset, for ALE ids (ALE/Breakout-v5, ALE/Pong-v5, ...); {env_id!r} is "
-            f"not an ALE env (entry point {entry_point!r})"
-        )
-    given = sorted(set(_ATARI_SETS) & set(env_kwargs))
-    if given:
-        raise ValueError(
-            f"env_kwargs {given} beside env_kwargs['atari']: the preset sets the base env's frameskip (1: it skips "
-            "frames itself), repeat_action_probability and time limit from its options; pass them there, e.g. "
-            "env_kwargs={'atari': {'frame_skip': 4, 'repeat_action_probability': 0.0, 'max_episode_steps': 27000}}"
-        )
-
-
-def _check_rgb_array(env_id: str, render_modes: list[str] | None) -> None:
-    """``render=True`` needs ``render_mode="rgb_array"`` (``render_modes`` None: unknown yet)."""
-    if render_modes is not None and "rgb_array" not in render_modes:
-        raise ValueError(f"render=True needs render_mode 'rgb_array', which {env_id!r} lacks: {render_modes}")
-
-
-def _declared_render_modes(spec: EnvSpec) -> list[str] | None:
-    """The render modes an env class declares, without building it (None: unknown)."""
-    try:
-        creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
-    except Exception:  # the build itself reports a bad entry point
-        return None
-    metadata = getattr(creator, "metadata", None)
-    return list(metadata.get("render_modes", [])) if isinstance(metadata, dict) else None
-
-
-class CartPolePixelsEnv(gym.ObservationWrapper):
-    """gymnasium's CartPole-v1 seen as pixels: the observation is an RGB uint8 ``(height, width, 3)``
-    frame of the state, drawn by :func:`~rl_lightning.envs.cartpole.draw_cartpole` (no pygame).
-
-    Registered as ``rl_lightning/CartPolePixels-v1`` (with the 500-step time limit).
-    ``render_mode="rgb_array"`` renders the latest observation.
-    """
-
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 50}  # noqa: RUF012 - gymnasium's convention
-
-    def __init__(self, height: int = 64, width: int = 96, render_mode: str | None = None):
-        super().__init__(CartPoleEnv())
-        self.height = check_int("height", height, minimum=8)
-        self.width = check_int("width", width, minimum=8)
-        if render_mode not in (None, "rgb_array"):
-            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        self._render_mode = render_mode
-        self.observation_space = gym.spaces.Box(0, 255, (self.height, self.width, 3), np.uint8)
-        self._frame: np.ndarray | None = None
-
-    @property
-    def render_mode(self) -> str | None:
-        return self._render_mode
-
-    def observation(self, observation: np.ndarray) -> np.ndarray:
-        self._frame = draw_cartpole(torch.from_numpy(observation), self.height, self.width).numpy()
-        return self._frame
-
-    def render(self) -> np.ndarray | None:
-        return None if self._frame is None or self._render_mode is None else self._frame.copy()
-
-
-if CARTPOLE_PIXELS_ID not in gym.registry:  # importing this module twice registers once
-    gym.register(
-        id=CARTPOLE_PIXELS_ID,
-        entry_point="rl_lightning.envs.gym_adapter:CartPolePixelsEnv",
-        max_episode_steps=500,
-        reward_threshold=475.0,
-    )

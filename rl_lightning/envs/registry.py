@@ -18,7 +18,8 @@ from rl_lightning._checks import check_bool, check_choice, check_device, check_f
 from rl_lightning.envs.ale_vector import AleVectorEnv
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.envpool_adapter import EnvPoolVectorEnv
-from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv, gymnasium_spec
+from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
+from rl_lightning.envs.gym_ids import gymnasium_spec
 
 EnvFactory = Callable[..., VectorEnv]
 _REGISTRY: dict[str, EnvFactory] = {}

@@ -374,9 +374,9 @@ def test_unknown_id_lists_native_ids_and_mentions_gymnasium():
 
 
 def test_a_namespace_whose_package_is_missing_says_what_to_install(monkeypatch):
-    from rl_lightning.envs import gym_adapter
+    from rl_lightning.envs import gym_ids
 
-    monkeypatch.setitem(gym_adapter._NAMESPACE_PACKAGES, "Fake", ("no_such_package_xyz", "rl_lightning[fake]"))
+    monkeypatch.setitem(gym_ids._NAMESPACE_PACKAGES, "Fake", ("no_such_package_xyz", "rl_lightning[fake]"))
     with pytest.raises(ValueError, match=r"Fake ids need the no_such_package_xyz package: pip install 'rl_lightning"):
         make_envs("Fake/Thing-v0", 2)
 
