@@ -42,7 +42,7 @@ class MinimalPolicyGradient(RLModule):
     def env_steps_per_training_step(self) -> float:
         return self.hparams.num_envs * self.world_size
 
-    def training_step(self, batch: RolloutTensors, batch_idx: int) -> Tensor:
+    def update_loss(self, batch: RolloutTensors) -> Tensor:
         advantages = batch.rewards - batch.rewards.mean()
         loss = -(self.policy.log_prob(batch.obs, batch.actions) * advantages).mean()
         self.log_charts()

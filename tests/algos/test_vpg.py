@@ -71,7 +71,7 @@ def test_act_greedy_and_sampled():
 
 
 class _RecordingVPG(VPGModule):
-    """Records, at each training step, how far the batch's recorded logprobs are from the
+    """Records, at each update, how far the batch's recorded logprobs are from the
     logprobs under the weights that are about to be updated."""
 
     def __init__(self, **kwargs):
@@ -79,12 +79,12 @@ class _RecordingVPG(VPGModule):
         self.staleness: list[float] = []
         self.rollouts_at_step: list[int] = []
 
-    def training_step(self, batch: RolloutTensors, batch_idx: int):
+    def update_loss(self, batch: RolloutTensors):
         with torch.no_grad():
             current = compute_logprobs(batch.obs, batch.actions, self.policy_network)
         self.staleness.append((current - batch.logprobs).abs().max().item())
         self.rollouts_at_step.append(self.source.num_rollouts)
-        return super().training_step(batch, batch_idx)
+        return super().update_loss(batch)
 
 
 def test_rollout_for_step_k_comes_from_weights_after_update_k_minus_1():
