@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 
 from rl_lightning.algos import _whole_update
 from rl_lightning.callbacks.guard import check_trainer_settings
+from rl_lightning.callbacks.updates import update_hook_owners
 from rl_lightning.progress import RLProgressBar
 from rl_lightning.threads import one_thread_for_small_networks
 
@@ -46,8 +47,8 @@ def start_training(module: Any, clipping_hook_owner: type) -> None:
     module._stop.install(module.trainer)
     callbacks = module.trainer.callbacks
     module._update_callbacks = (
-        [c for c in callbacks if callable(getattr(c, "on_update_start", None))],
-        [c for c in callbacks if callable(getattr(c, "on_update_end", None))],
+        update_hook_owners(callbacks, "on_update_start"),
+        update_hook_owners(callbacks, "on_update_end"),
     )
     module._direct_steps = can_step_directly(module, clipping_hook_owner)
     if module.compiled.wants_whole_update:

@@ -6,6 +6,7 @@ from rl_lightning.callbacks.evaluation import Evaluation, StopWhenSolved, evalua
 from rl_lightning.callbacks.interrupt import CheckpointOnStop
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
 from rl_lightning.callbacks.target_sync import TargetNetworkSync, update_target_network
+from rl_lightning.callbacks.updates import UpdateCallback
 from rl_lightning.callbacks.video import GridVideoLogger
 from rl_lightning.checkpoints import EnvStepCheckpoint
 
@@ -19,6 +20,7 @@ __all__ = [
     "LinearLRDecay",
     "StopWhenSolved",
     "TargetNetworkSync",
+    "UpdateCallback",
     "evaluate_policy",
     "update_target_network",
 ]

@@ -8,11 +8,11 @@ import lightning as L
 
 from rl_lightning._checks import check_float, check_int
 from rl_lightning.callbacks.schedule import linear_schedule, planned_env_steps
-from rl_lightning.callbacks.updates import runs_update_hooks
+from rl_lightning.callbacks.updates import UpdateCallback
 from rl_lightning.protocols import EpsilonGreedyProtocol, require
 
 
-class EpsilonDecay(L.Callback):
+class EpsilonDecay(UpdateCallback):
     """Sets ``pl_module.epsilon`` (:class:`~rl_lightning.protocols.EpsilonGreedyProtocol`) from
     ``pl_module.env_steps``: linear from ``start`` to ``end`` over the first ``fraction`` of the
     run's env steps, then ``end``.
@@ -54,10 +54,6 @@ class EpsilonDecay(L.Callback):
         # collection, e.g. a SIGTERM during the random warm-up, whose collection started at epsilon_start.)
         if getattr(trainer, "ckpt_path", None) is None:
             pl_module.epsilon = self.value(pl_module.env_steps, self._run_env_steps)
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if not runs_update_hooks(pl_module):  # a module of yours: one update per training step
-            self.on_update_end(trainer, pl_module, outputs)
 
     def on_update_end(self, trainer: L.Trainer, pl_module: Any, loss: Any) -> None:
         """After every update, before the next collection (``rl_lightning.callbacks.updates``)."""

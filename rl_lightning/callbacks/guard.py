@@ -23,7 +23,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from rl_lightning.callbacks.updates import runs_update_hooks
+from rl_lightning.callbacks.updates import UpdateCallback
 from rl_lightning.checkpoints import AtomicCheckpointIO
 
 SUPPORTED_PRECISIONS = ("32-true", "32", "bf16-mixed", "16-mixed")
@@ -77,7 +77,7 @@ def check_trainer_settings(trainer: L.Trainer) -> None:
         )
 
 
-class RunGuard(L.Callback):
+class RunGuard(UpdateCallback):
     """Refuse the Trainer settings the modules cannot honour, write checkpoints atomically, drop the
     placeholder ``hp_metric``, stop a run whose loss or weights became NaN, and silence Lightning's
     expected warnings, from setup to teardown."""
@@ -117,13 +117,8 @@ class RunGuard(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         self._weights = [p.detach() for p in pl_module.parameters()]
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if not runs_update_hooks(pl_module):
-            self.on_update_end(trainer, pl_module, outputs)
-
     def on_update_end(self, trainer: L.Trainer, pl_module: Any, loss: Any) -> None:
         """After every update (``rl_lightning.callbacks.updates``): the loss and the weights still finite."""
-        loss = loss["loss"] if isinstance(loss, dict) else loss
         if loss is None:
             return
         # One reduction: a sum with any NaN or infinite term (a weight's norm, the loss) is not finite.

@@ -8,11 +8,11 @@ import lightning as L
 
 from rl_lightning._checks import check_float, check_int
 from rl_lightning.callbacks.schedule import linear_schedule, planned_env_steps
-from rl_lightning.callbacks.updates import runs_update_hooks
+from rl_lightning.callbacks.updates import UpdateCallback
 from rl_lightning.protocols import RLModuleProtocol, require
 
 
-class LinearLRDecay(L.Callback):
+class LinearLRDecay(UpdateCallback):
     """Set every param group's LR from its initial ``lr`` to ``lr_end`` over the first
     ``lr_frac`` of the run's environment steps, then hold ``lr_end``.
 
@@ -51,10 +51,6 @@ class LinearLRDecay(L.Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._initial_lrs = list(state_dict["initial_lrs"])
-
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx) -> None:
-        if not runs_update_hooks(pl_module):  # a module of yours: one update per training step
-            self.on_update_start(trainer, pl_module)
 
     def on_update_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Before every update, its data collected (``rl_lightning.callbacks.updates``)."""

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from rl_lightning._checks import check_float, check_int
-from rl_lightning.callbacks.updates import runs_update_hooks
+from rl_lightning.callbacks.updates import UpdateCallback
 from rl_lightning.deprecations import RLLightningDeprecationWarning
 from rl_lightning.protocols import TargetNetworkProtocol, require
 
@@ -28,7 +28,7 @@ def update_target_network(target: nn.Module, online: nn.Module, tau: float) -> N
         target_buffer.copy_(online_buffer)
 
 
-class TargetNetworkSync(L.Callback):
+class TargetNetworkSync(UpdateCallback):
     """Moves each target network towards its online network after training steps (the pairs of
     ``pl_module.target_network_pairs()``, :class:`~rl_lightning.protocols.TargetNetworkProtocol`).
 
@@ -102,10 +102,6 @@ class TargetNetworkSync(L.Callback):
                 )
         if self.every_n_env_steps is not None and self._last_period is None:
             self._last_period = pl_module.env_steps // self.every_n_env_steps
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if not runs_update_hooks(pl_module):  # a module of yours: one update per training step
-            self.on_update_end(trainer, pl_module, outputs)
 
     def on_update_end(self, trainer: L.Trainer, pl_module: Any, loss: Any) -> None:
         """After every update (``rl_lightning.callbacks.updates``)."""

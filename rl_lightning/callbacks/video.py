@@ -18,7 +18,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from rl_lightning._checks import check_choice, check_float, check_int, check_seed
-from rl_lightning.callbacks.updates import runs_update_hooks
+from rl_lightning.callbacks.updates import UpdateCallback
 from rl_lightning.callbacks.video_background import (
     ClipProgress,
     ClipWorker,
@@ -86,7 +86,7 @@ def _greedy_caption(env_steps: int, all_dones: Tensor) -> str:
     return f"env steps {env_steps:,}: greedy policy, mean first-episode length {length:.1f}"
 
 
-class GridVideoLogger(L.Callback):
+class GridVideoLogger(UpdateCallback):
     """Every ``every_n_env_steps`` env steps (or every ``every_n_train_steps`` training steps),
     render the first 16 envs as a 4x4 grid video.
 
@@ -214,10 +214,6 @@ class GridVideoLogger(L.Callback):
         self._lighten = None
         if self._worker.cancelled.is_set():  # a clip abandoned by the last fit may still be ending: not this one's
             self._worker = ClipWorker()
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
-        if not runs_update_hooks(pl_module):  # a module of yours: one update per training step
-            self.on_update_end(trainer, pl_module, outputs)
 
     def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Any) -> None:
         """After every update (``rl_lightning.callbacks.updates``): a clip when one is due."""
