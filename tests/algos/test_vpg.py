@@ -5,6 +5,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from rl_lightning import VPGModule
 from rl_lightning.data.rollout import RolloutTensors
+from rl_lightning.deprecations import RLLightningDeprecationWarning
 from rl_lightning.losses import compute_logprobs
 
 SMALL = dict(num_envs=8, num_steps_per_rollout=40, seed=3)
@@ -204,8 +205,15 @@ def test_a_checkpoint_saved_under_the_former_hyperparameter_names_loads_with_its
         hparams[old] = hparams.pop(new)
     hparams["lr_end"] = hparams["lr_frac"] = None
     torch.save(checkpoint, path)
-    loaded = VPGModule.load_from_checkpoint(path)
+    with pytest.warns(RLLightningDeprecationWarning) as former:
+        loaded = VPGModule.load_from_checkpoint(path)
+    messages = sorted(str(warning.message).split(":")[0] for warning in former)  # one for each former name
+    assert messages == [
+        f"the checkpoint's hyper-parameter {old} is VPGModule's {new} now"
+        for old, new in (("clip_coef", "iw_clip"), ("use_iw", "importance_weighting"), ("use_lr_decay", "anneal_lr"))
+    ]
     assert loaded.hparams.importance_weighting is True and loaded.hparams.iw_clip is None
     assert loaded.hparams.anneal_lr is False and (loaded.hparams.lr_end, loaded.hparams.lr_frac) == (0.0, 1.0)
     assert "use_iw" not in loaded.hparams and loaded.hparams.rollout_use_count == 2
-    assert VPGModule.load_from_checkpoint(path, iw_clip=0.1).hparams.iw_clip == 0.1  # the caller's value wins
+    with pytest.warns(RLLightningDeprecationWarning):
+        assert VPGModule.load_from_checkpoint(path, iw_clip=0.1).hparams.iw_clip == 0.1  # the caller's value wins
