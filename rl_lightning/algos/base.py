@@ -1,28 +1,16 @@
 """The shared base of every algorithm: ``RLModule``.
 
-It owns what is the same for all of them, so an algorithm is only its loss, its data-source
-settings and its networks: the env's spaces and the training envs (built on the module's device,
-rank r's seeded ``seed + r * num_envs``); the env-step clock and the run's plan in env steps; the
-charts (episode statistics, ``charts/SPS``, the progress bar); ``act``; greedy validation and
-test; the checkpoint payload (``rl_lightning.algos._checkpointing``) and the NaN guard. The Trainer-level
-guards are one callback (``rl_lightning.callbacks.guard.RunGuard``).
+It owns what is the same for all of them: the env's spaces and the training envs (built on the module's device,
+rank r's seeded ``seed + r * num_envs``; ``_envs.py``), the env-step clock and the run's plan in env steps, the
+charts, ``act``, export, greedy validation and test, the checkpoint payload (``_checkpointing.py``) and the update
+loop. A subclass implements ``make_source``, ``policy_actions``, ``greedy_policy``, ``env_steps_per_training_step``
+and ``update_loss``; a layer (``OnPolicyModule``, ``OffPolicyModule``) sets ``updates_per_training_step``.
 
-A subclass implements ``make_source`` (its data source over the envs), ``policy_actions``
-(actions for a batch of observations), ``greedy_policy``, ``env_steps_per_training_step`` and
-``update_loss``; a layer (``OnPolicyModule``, ``OffPolicyModule``) sets ``updates_per_training_step``.
-
-The update loop is the module's (Lightning's manual optimisation): one Lightning training step runs several
-updates (a whole rollout's epochs and minibatches, or ``updates_per_step`` collections and updates), each
-
-    batch = source.next_batch()          (collects first where the stream needs it)
-    callback.on_update_start(trainer, module)   for every callback that has it
-    loss = update_loss(batch)            (logs its metrics)
-    zero_grad, manual_backward(loss), clip (max_grad_norm / Trainer(gradient_clip_val)), optimizer.step()
-    callback.on_update_end(trainer, module, loss)
-
-so ``global_step`` and ``max_steps`` count updates, and the callbacks that act per update (target-network
-sync, LR and epsilon schedules, the NaN guard, videos) act at the same updates and env steps as they would
-with one update per training step.
+One Lightning training step runs several updates (a rollout's epochs and minibatches, or ``updates_per_step``
+collections and updates), each: ``source.next_batch()``, the callbacks' ``on_update_start``
+(``rl_lightning.callbacks.updates.UpdateCallback``), ``update_loss``, one optimizer step (clipped), the callbacks'
+``on_update_end``. So ``global_step`` and ``max_steps`` count updates, and the per-update callbacks act at the same
+updates and env steps as with one update per training step.
 """
 
 from __future__ import annotations
@@ -280,11 +268,8 @@ class RLModule(L.LightningModule):
         if self.source is None or self.source.device != self.device:
             self.source = self._build_source()
         # Tickets, not data: each training step pulls its updates' batches from the source (rl_lightning.data.steps).
-        self._step_updates = (
-            updates_per_step_for(self.trainer, self.updates_per_training_step)
-            if self._attached
-            else self.updates_per_training_step
-        )
+        per_step = self.updates_per_training_step
+        self._step_updates = updates_per_step_for(self.trainer, per_step) if self._attached else per_step
         return DataLoader(TrainingSteps(self.source, self._step_updates), batch_size=None, num_workers=0)
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
