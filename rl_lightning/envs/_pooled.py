@@ -4,7 +4,8 @@
 their next reset, the Atari preset's ``info["game_reward"]`` / ``info["game_over"]`` and reward
 clipping, draws the frame stacks, and says that the envs' state cannot be saved
 (``restorable = False``). Each backend (``envpool_adapter``, ``ale_vector``) gives gymnasium's
-same-step autoreset in its own ``_step``.
+same-step autoreset in its own ``_step``. Both backends' Atari envs always preprocess:
+:func:`preset_options` gives them the preset's options, and refuses ``atari=False`` in one wording.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning.envs.atari import GAME_OVER_KEY, GAME_REWARD_KEY
+from rl_lightning.envs._adapter_checks import uint8_to_draw
+from rl_lightning.envs.atari import GAME_OVER_KEY, GAME_REWARD_KEY, atari_options
 from rl_lightning.envs.base import VectorEnv
 
 #: Seeds of the C++ envs are int32: env ``i`` of a batch gets ``seed + i``.
@@ -35,6 +37,20 @@ def fire_index(actions: list[Any]) -> int | None:
     import ale_py
 
     return 1 if len(actions) > 2 and actions[1] == ale_py.Action.FIRE else None
+
+
+def preset_options(atari: bool | dict[str, Any] | None, env_id: str, preprocessing: str, form: str) -> dict[str, Any]:
+    """The Atari preset's options for a backend whose envs always preprocess, so that the preset always runs
+    (``atari`` None: its defaults). ``atari=False`` asks for raw frames that the backend cannot give: a
+    ``ValueError`` that says ``preprocessing`` (the backend's envs always preprocess), that ``env_id`` has no
+    ``form`` form without the preset, and what to do instead."""
+    options = atari_options(True if atari is None else atari)
+    if options is None:
+        raise ValueError(
+            f"{preprocessing}: env_kwargs['atari']={atari!r} has no {form} form for {env_id!r}; leave it out (the "
+            "preset's defaults) or pass its options, or use backend='gymnasium' for the raw frames"
+        )
+    return options
 
 
 def lost_lives(lives: np.ndarray, previous: np.ndarray) -> np.ndarray:
@@ -130,14 +146,8 @@ class PooledVectorEnv(VectorEnv):
     def draw(self, obs: Tensor) -> Tensor:
         """The newest frame of Atari frame stacks as uint8 RGB ``(*batch, H, W, 3)`` on the CPU (grey frames
         ``(K, H, W)`` repeated on the 3 channels, colour ones ``(K, H, W, 3)`` as they are)."""
-        if not self.can_draw:
-            raise NotImplementedError(
-                f"{type(self).__name__} cannot draw {self.env_id!r}'s observations (only Atari frame stacks); "
-                "build it with render=True and call render() for the current frames instead"
-            )
-        if obs.ndim < len(self.obs_shape) or tuple(obs.shape[obs.ndim - len(self.obs_shape) :]) != self.obs_shape:
-            raise ValueError(f"obs must have shape (*batch, *{self.obs_shape}), got {tuple(obs.shape)}")
-        images = obs.detach().to("cpu", torch.uint8)
+        refusal = f"{type(self).__name__} cannot draw {self.env_id!r}'s observations (only Atari frame stacks)"
+        images = uint8_to_draw(self, obs, refusal)
         if self.atari["grayscale"]:
             newest = images[..., -1, :, :].unsqueeze(-1)
             return newest.expand(*newest.shape[:-1], 3).clone()

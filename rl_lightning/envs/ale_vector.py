@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 
 from rl_lightning._checks import check_int, check_str
-from rl_lightning.envs._pooled import PooledVectorEnv, fire_index, lost_lives
-from rl_lightning.envs.atari import FIRE_STEPS, atari_options
+from rl_lightning.envs._pooled import PooledVectorEnv, fire_index, lost_lives, preset_options
+from rl_lightning.envs.atari import FIRE_STEPS
 
 #: ale-py's vector-env arguments that may be passed through (the others are the preset's or set here).
 _PASSED = ("num_threads", "thread_affinity_offset", "full_action_space")
@@ -128,13 +128,7 @@ class AleVectorEnv(PooledVectorEnv):
         #: ale-py's ROM name of the game.
         self.game = _game(env_id)
         self.env_id = env_id
-        self.atari = atari_options(True if atari is None else atari)
-        if self.atari is None:
-            raise ValueError(
-                f"ale-py's vector env always preprocesses: env_kwargs['atari']={atari!r} has no ale_vector form for "
-                f"{env_id!r}; leave it out (the preset's defaults) or pass its options, or use backend='gymnasium' "
-                "for the raw frames"
-            )
+        self.atari = preset_options(atari, env_id, "ale-py's vector env always preprocesses", "ale_vector")
         unknown = sorted(set(ale_kwargs) - set(_PASSED))
         if unknown:
             raise ValueError(

@@ -30,8 +30,9 @@ import torch
 from torch import Tensor
 
 from rl_lightning._checks import check_bool, check_float, check_int, check_seed, check_str
-from rl_lightning.envs._pooled import PooledVectorEnv, fire_index, lost_lives, pool_seed
-from rl_lightning.envs.atari import FIRE_STEPS, atari_options
+from rl_lightning.envs._adapter_checks import refuse_given
+from rl_lightning.envs._pooled import PooledVectorEnv, fire_index, lost_lives, pool_seed, preset_options
+from rl_lightning.envs.atari import FIRE_STEPS
 from rl_lightning.envs.spaces import float32_bounds
 
 #: EnvPool's task families this backend wraps: its module -> our name.
@@ -109,23 +110,22 @@ def _atari_kwargs(options: dict[str, Any]) -> dict[str, Any]:
 
 def _check_kwargs(task: str, family: str, envpool_kwargs: dict[str, Any]) -> None:
     """A ``ValueError`` for an argument set here or by the preset, or one EnvPool's ``task`` lacks."""
-    given = sorted(set(_SET_HERE) & set(envpool_kwargs))
-    if given:
-        raise ValueError(
-            f"env_kwargs {given} are set by EnvPoolVectorEnv itself: num_envs and seed are its own arguments "
-            "(make_envs(env_id, num_envs, seed=...)); batch_size would make EnvPool asynchronous, outside the "
-            "lock-step contract"
-        )
+    refuse_given(
+        envpool_kwargs,
+        _SET_HERE,
+        "are set by EnvPoolVectorEnv itself: num_envs and seed are its own arguments (make_envs(env_id, num_envs, "
+        "seed=...)); batch_size would make EnvPool asynchronous, outside the lock-step contract",
+    )
     if "render_mode" in envpool_kwargs:
         raise ValueError("pass render=True (for render_mode='rgb_array') instead of render_mode")
     if family == "atari":
-        given = sorted(set(_ATARI_SETS) & set(envpool_kwargs))
-        if given:
-            raise ValueError(
-                f"env_kwargs {given} beside the Atari preset: it sets EnvPool's preprocessing from its options; "
-                "pass them there, e.g. env_kwargs={'atari': {'frame_skip': 4, 'screen_size': 84, "
-                "'terminal_on_life_loss': True, 'max_episode_steps': 27000}} (rl_lightning.envs.atari)"
-            )
+        refuse_given(
+            envpool_kwargs,
+            _ATARI_SETS,
+            "beside the Atari preset: it sets EnvPool's preprocessing from its options; pass them there, e.g. "
+            "env_kwargs={'atari': {'frame_skip': 4, 'screen_size': 84, 'terminal_on_life_loss': True, "
+            "'max_episode_steps': 27000}} (rl_lightning.envs.atari)",
+        )
     if not envpool_kwargs:
         return
     defaults = _envpool().make_spec(task).config._asdict()
@@ -213,13 +213,7 @@ class EnvPoolVectorEnv(PooledVectorEnv):
         self.task, family = _task(env_id)
         self.env_id = env_id
         if family == "atari":
-            self.atari = atari_options(True if atari is None else atari)
-            if self.atari is None:
-                raise ValueError(
-                    f"EnvPool's Atari envs always preprocess: env_kwargs['atari']={atari!r} has no EnvPool form for "
-                    f"{env_id!r}; leave it out (the preset's defaults) or pass its options, or use "
-                    "backend='gymnasium' for the raw frames"
-                )
+            self.atari = preset_options(atari, env_id, "EnvPool's Atari envs always preprocess", "EnvPool")
         elif atari is not None and atari is not False:
             raise ValueError(
                 f"env_kwargs['atari'] is the Atari preset, for Atari ids (ALE/Breakout-v5, ...); {env_id!r} is "

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from rl_lightning._checks import check_bool, check_choice, check_seed
+from rl_lightning.envs._adapter_checks import uint8_to_draw
 from rl_lightning.envs.atari import GAME_OVER_KEY, GAME_REWARD_KEY
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.cartpole_pixels import CARTPOLE_PIXELS_ID as CARTPOLE_PIXELS_ID  # re-exported
@@ -462,14 +463,9 @@ class GymnasiumVectorEnv(VectorEnv):
         """Image observations as uint8 RGB ``(*batch, H, W, 3)`` on the CPU: 1 channel as grey, 3 as RGB; of a
         frame stack (``(C, H, W)`` or ``(H, W, C)`` with other C, ``(K, H, W, C)``) the last frame, the newest
         in gymnasium's ``FrameStackObservation``."""
-        if not self.can_draw:
-            raise NotImplementedError(
-                f"GymnasiumVectorEnv cannot draw {self.env_id!r}'s observations (only uint8 image observations); "
-                "build it with render=True and call render() for the current frames instead"
-            )
-        if obs.ndim < len(self.obs_shape) or tuple(obs.shape[obs.ndim - len(self.obs_shape) :]) != self.obs_shape:
-            raise ValueError(f"obs must have shape (*batch, *{self.obs_shape}), got {tuple(obs.shape)}")
-        images = obs.detach().to("cpu", torch.uint8)
+        # Named as GymnasiumVectorEnv, not type(self): RayVectorEnv draws as the gymnasium adapter does.
+        refusal = f"GymnasiumVectorEnv cannot draw {self.env_id!r}'s observations (only uint8 image observations)"
+        images = uint8_to_draw(self, obs, refusal)
         layout = self._image_layout
         if layout == "HW":
             images = images.unsqueeze(-1)

@@ -12,6 +12,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 
+from rl_lightning.envs._adapter_checks import refuse_given
 from rl_lightning.envs.atari import atari_make_kwargs, atari_options, atari_wrappers
 from rl_lightning.trust import as_mapping, is_allowed_wrapper_path, refused_wrapper, untrusted_source
 
@@ -129,13 +130,13 @@ def _check_atari(env_id: str, spec: EnvSpec, env_kwargs: dict[str, Any]) -> None
             f"env_kwargs['atari'] is the Atari preset, for ALE ids (ALE/Breakout-v5, ALE/Pong-v5, ...); {env_id!r} is "
             f"not an ALE env (entry point {entry_point!r})"
         )
-    given = sorted(set(_ATARI_SETS) & set(env_kwargs))
-    if given:
-        raise ValueError(
-            f"env_kwargs {given} beside env_kwargs['atari']: the preset sets the base env's frameskip (1: it skips "
-            "frames itself), repeat_action_probability and time limit from its options; pass them there, e.g. "
-            "env_kwargs={'atari': {'frame_skip': 4, 'repeat_action_probability': 0.0, 'max_episode_steps': 27000}}"
-        )
+    refuse_given(
+        env_kwargs,
+        _ATARI_SETS,
+        "beside env_kwargs['atari']: the preset sets the base env's frameskip (1: it skips frames itself), "
+        "repeat_action_probability and time limit from its options; pass them there, e.g. env_kwargs={'atari': "
+        "{'frame_skip': 4, 'repeat_action_probability': 0.0, 'max_episode_steps': 27000}}",
+    )
 
 
 def check_rgb_array(env_id: str, render_modes: list[str] | None) -> None:
