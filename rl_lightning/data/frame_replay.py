@@ -19,11 +19,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning._checks import SettingsError, check_choice, check_int, check_seed, check_sizes
-from rl_lightning.data.replay_buffer import ReplayBufferSamples, check_buffer_settings, lazy_zeros
-from rl_lightning.envs.base import VectorEnv, resolve_device
+from rl_lightning._checks import SettingsError, check_choice, check_int, check_sizes
+from rl_lightning.data.replay_buffer import ReplayBufferBase, ReplayBufferSamples, action_bytes, lazy_zeros
+from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.spaces import MAX_IMAGE_CHANNELS, image_layout
-from rl_lightning.losses import compute_n_step_returns
 
 #: How a stack is filled before an episode's first frame: ``"reset"`` repeats the first frame
 #: (gymnasium's ``FrameStackObservation``), ``"zero"`` puts zero frames there (SB3's ``VecFrameStack``);
@@ -91,7 +90,7 @@ def _initial_ends(buffer_size: int, num_envs: int) -> int:
     return max(2 * num_envs, buffer_size // _STEPS_PER_END_RESERVED)
 
 
-class FrameStackReplayBuffer:
+class FrameStackReplayBuffer(ReplayBufferBase):
     """Ring buffer of the newest ``buffer_size`` frame-stack transitions, one frame per transition.
 
     Storage (``g`` counts transitions from the first ``add``; slot ``g % buffer_size`` holds transition
@@ -131,6 +130,8 @@ class FrameStackReplayBuffer:
         padding: one of :data:`PADDINGS`.
     """
 
+    _dones_needed = "FrameStackReplayBuffer.add needs dones (terminated | truncated): they end the stacks"
+
     def __init__(
         self,
         buffer_size: int,
@@ -145,7 +146,7 @@ class FrameStackReplayBuffer:
         stack_axis: int = 0,
         padding: str = "auto",
     ):
-        check_buffer_settings(buffer_size, num_envs, n_step, gamma)
+        super().__init__(buffer_size, num_envs, seed, device, action_shape, n_step, gamma)
         if isinstance(obs_shape, dict):
             raise TypeError(
                 f"FrameStackReplayBuffer holds one frame-stack tensor, not a dict observation; {_PLAIN_BUFFER}"
@@ -160,11 +161,8 @@ class FrameStackReplayBuffer:
             f"obs_shape[{stack_axis}] (the frames of a stack)", self.obs_shape[stack_axis], 2, 255
         )
         self.padding = check_choice("padding", padding, PADDINGS)
-        self.action_shape = check_sizes("action_shape", tuple(action_shape))
-        self.n_step, self.gamma, self.buffer_size, self.num_envs = n_step, gamma, buffer_size, num_envs
         self.obs_dtype = obs_dtype
-        self.device = resolve_device(device)
-        self.generator = torch.Generator(device=self.device).manual_seed(check_seed("seed", seed))
+        self._specs = self._field_specs(self.obs_shape, obs_dtype, dones=True)  # dones end the stacks
         frame_shape = self.obs_shape[: self.stack_axis] + self.obs_shape[self.stack_axis + 1 :]
         self.frame_shape: tuple[int, ...] = frame_shape
         self._num_frames = buffer_size + self.stack_size * num_envs
@@ -175,7 +173,7 @@ class FrameStackReplayBuffer:
         # Row _num_frames stays zero: the frame a zero-padded stack gathers before its episode.
         self._frames = zeros(self._num_frames + 1, frame_shape, obs_dtype)
         self._ends = zeros(_initial_ends(buffer_size, num_envs), frame_shape, obs_dtype)
-        self.actions = zeros(buffer_size, self.action_shape, torch.int64 if self.action_shape == () else torch.float32)
+        self.actions = zeros(buffer_size, self.action_shape, self._specs["actions"][1])
         self.rewards = zeros(buffer_size, (), torch.float32)
         self.terminated = zeros(buffer_size, (), torch.bool)
         self.dones = zeros(buffer_size, (), torch.bool)
@@ -242,12 +240,8 @@ class FrameStackReplayBuffer:
         axis = stack_axis % len(obs_shape)
         frame = _frame_bytes(obs_shape, axis, obs_dtype)
         frames = buffer_size + obs_shape[axis] * num_envs + 1 + _initial_ends(buffer_size, num_envs)
-        action = 8 if tuple(action_shape) == () else 4 * math.prod(action_shape)
-        per_slot = action + 4 + 1 + 1 + 1 + 8  # action, reward, terminated, done, age, end number
+        per_slot = action_bytes(action_shape) + 4 + 1 + 1 + 1 + 8  # action, reward, terminated, done, age, end number
         return frames * frame + buffer_size * per_slot
-
-    def __len__(self) -> int:
-        return self.size
 
     @property
     def size(self) -> int:
@@ -265,49 +259,13 @@ class FrameStackReplayBuffer:
         tensors = (self._frames, self._ends, self.actions, self.rewards, self.terminated, self.dones)
         return sum(t.nbytes for t in (*tensors, self._ages, self._end_numbers))
 
-    @property
-    def bytes_per_transition(self) -> int:
-        return self.nbytes // self.buffer_size
-
-    def add(
-        self,
-        obs: Tensor,
-        actions: Tensor,
-        rewards: Tensor,
-        terminated: Tensor,
-        next_obs: Tensor,
-        dones: Tensor | None = None,
-    ) -> None:
-        """Write one transition per env (``ReplayBuffer.add``'s arguments), checking the stacks first.
-
-        Args:
-            obs: ``(num_envs, *obs_shape)``, s_t: the previous add's next_obs, or an episode's first stack.
-            actions: ``(num_envs, *action_shape)``, a_t.
-            rewards: float32 ``(num_envs,)``, r_{t+1}.
-            terminated: bool ``(num_envs,)``, whether s_{t+1} is terminal (not truncated).
-            next_obs: ``(num_envs, *obs_shape)``, s_{t+1}: the true final obs where an episode ended.
-            dones: bool ``(num_envs,)``, terminated or truncated: required (it marks the episodes' ends).
-        """
-        if dones is None:
-            raise ValueError("FrameStackReplayBuffer.add needs dones (terminated | truncated): they end the stacks")
+    def _write(self, values: dict[str, Any]) -> None:
+        """Check the stacks of ``add``'s checked ``values`` (the class docstring), then write their newest frames
+        (the first add: all of them) and the transitions."""
         num_envs, stack = self.num_envs, self.stack_size
-        for name, value, shape, dtype in (
-            ("obs", obs, self.obs_shape, self.obs_dtype),
-            ("actions", actions, self.action_shape, self.actions.dtype),
-            ("rewards", rewards, (), torch.float32),
-            ("terminated", terminated, (), torch.bool),
-            ("next_obs", next_obs, self.obs_shape, self.obs_dtype),
-            ("dones", dones, (), torch.bool),
-        ):
-            if not isinstance(value, Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
-            if value.shape != (num_envs, *shape):
-                raise ValueError(f"{name} must have shape {(num_envs, *shape)}, got {tuple(value.shape)}")
-            if value.dtype != dtype:
-                raise TypeError(f"{name} must have dtype {dtype}, got {value.dtype}")
-        obs_frames = obs.to(self.device).movedim(1 + self.stack_axis, 1)  # (num_envs, K, *frame_shape)
-        next_frames = next_obs.to(self.device).movedim(1 + self.stack_axis, 1)
-        dones = dones.to(self.device)
+        obs_frames = values["obs"].to(self.device).movedim(1 + self.stack_axis, 1)  # (num_envs, K, *frame_shape)
+        next_frames = values["next_obs"].to(self.device).movedim(1 + self.stack_axis, 1)
+        dones = values["dones"].to(self.device)
         first = self._added == 0
         envs = self._added + self._env_offsets  # g of each env's transition
         # First the checks every add needs (one host sync): next_obs shifts obs by a frame, obs is the
@@ -351,9 +309,9 @@ class FrameStackReplayBuffer:
             index = self._tensor(ended)
             end_numbers[index] = self._keep_apart(next_frames[index, -1])
         slots = envs % self.buffer_size
-        self.actions[slots] = actions.to(self.device)
-        self.rewards[slots] = rewards.to(self.device)
-        self.terminated[slots] = terminated.to(self.device)
+        self.actions[slots] = values["actions"].to(self.device)
+        self.rewards[slots] = values["rewards"].to(self.device)
+        self.terminated[slots] = values["terminated"].to(self.device)
         self.dones[slots] = dones
         self._ages[slots] = self._tensor(ages).to(torch.uint8)
         self._end_numbers[slots] = end_numbers
@@ -435,47 +393,11 @@ class FrameStackReplayBuffer:
     def _as_obs(self, frames: Tensor) -> Tensor:
         return frames if self.stack_axis == 0 else frames.movedim(1, 1 + self.stack_axis).contiguous()
 
-    def sample(self, batch_size: int) -> ReplayBufferSamples:
-        """``batch_size`` transitions drawn uniformly with replacement, exactly as ``ReplayBuffer.sample``
-        draws them (with ``n_step > 1``: chains of n, so the newest ``(n - 1) * num_envs`` slots start none)."""
-        span = self._check_can_sample()
-        offsets = torch.randint(0, self.size - span, (batch_size,), generator=self.generator, device=self.device)
-        # With one step every filled slot starts a sample (offsets are slots); n-step chains start from the oldest.
-        return self._samples_at(offsets if self.n_step == 1 else (self._oldest + offsets) % self.buffer_size)
-
-    @property
-    def _oldest(self) -> int:
-        """The slot of the oldest transition held."""
-        return (self._added - self.size) % self.buffer_size
-
-    def _check_can_sample(self) -> int:
-        """The newest slots that start no sample (``(n_step - 1) * num_envs``); a ``RuntimeError`` where no slot
-        can start one."""
-        span = (self.n_step - 1) * self.num_envs
-        if self.size <= span:
-            if self.size == 0:
-                raise RuntimeError(f"cannot sample from an empty {type(self).__name__}: add transitions first")
-            raise RuntimeError(
-                f"cannot sample from a {type(self).__name__} holding {self.size} transitions: n_step={self.n_step} "
-                f"needs more than {span}"
-            )
-        return span
-
     def _samples_at(self, slots: Tensor) -> ReplayBufferSamples:
-        """The samples whose first transition is in ``slots`` (int64 ``(batch,)``)."""
-        batch_size = len(slots)
+        """The samples whose first transition is in ``slots`` (int64 ``(batch,)``), drawn by ``sample`` exactly as
+        ``ReplayBuffer`` draws them: their stacks rebuilt from the frames."""
         oldest = self._oldest
-        if self.n_step == 1:
-            first = last = slots
-            returns, discounts = self.rewards.index_select(0, slots), None
-        else:
-            steps = self.num_envs * torch.arange(self.n_step, device=self.device)
-            chains = (slots.unsqueeze(1) + steps) % self.buffer_size  # (batch, n): an env's next n slots
-            flat = chains.flatten()
-            rewards = self.rewards.index_select(0, flat).view(batch_size, self.n_step)
-            dones = self.dones.index_select(0, flat).view(batch_size, self.n_step)
-            returns, last_step, discounts = compute_n_step_returns(rewards, dones, self.gamma)
-            first, last = chains[:, 0], chains.gather(1, last_step.unsqueeze(1)).squeeze(1)
+        first, last, returns, discounts = self._chains(slots, self.dones)
         base = self._added - self.size  # g of the oldest slot
         first_envs = base + (first - oldest) % self.buffer_size
         last_envs = base + (last - oldest) % self.buffer_size

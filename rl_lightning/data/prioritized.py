@@ -13,7 +13,6 @@ priorities, on the buffer's device, and the buffers that sample by it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -21,7 +20,7 @@ from torch import Tensor
 
 from rl_lightning._checks import SettingsError, check_float
 from rl_lightning.data.frame_replay import FrameStackReplayBuffer
-from rl_lightning.data.replay_buffer import ReplayBuffer, ReplayBufferSamples
+from rl_lightning.data.replay_buffer import ReplayBuffer, ReplayBufferBase, ReplayBufferSamples
 
 #: Added to every |TD error| so that no transition's priority is zero (SB3's and TorchRL's value).
 PRIORITY_EPS = 1e-6
@@ -134,24 +133,19 @@ class SumTree:
         return nodes - self.leaves
 
 
-class _Prioritized:
-    """The prioritized sampling both prioritized buffers share (listed before the buffer in their bases).
+class _Prioritized(ReplayBufferBase):
+    """The prioritized sampling both prioritized buffers share (listed before the buffer in their bases): their
+    arguments are the buffer's, and then, by name, ``alpha``, ``beta`` and ``priority_eps``.
 
     The slots' priorities (``p^alpha``) live in ``priorities``; the tree holds them for the slots that can start
     a sample, and zero for the others (empty slots, and with ``n_step > 1`` the newest ``(n - 1) * num_envs``,
     whose chains are not complete yet). Each ``add`` refreshes the slots it wrote and those it completed.
     """
 
-    buffer_size: int
-    num_envs: int
-    n_step: int
-    size: int
-    pos: int
-    device: torch.device
-    generator: torch.Generator
-    _oldest: int
-
-    def _init_priorities(self, alpha: float, beta: float, priority_eps: float) -> None:
+    def __init__(
+        self, *args: Any, alpha: float = 0.6, beta: float = 0.4, priority_eps: float = PRIORITY_EPS, **kwargs: Any
+    ):
+        super().__init__(*args, **kwargs)
         self.alpha = check_float("alpha", alpha, 0.0, 1.0)  # the paper's range: beyond 1 a few transitions take all
         self.beta = check_float("beta", beta, 0.0, 1.0)
         self.priority_eps = check_float("priority_eps", priority_eps, 0.0, low_open=True)
@@ -160,6 +154,18 @@ class _Prioritized:
         self.priorities = torch.zeros(self.buffer_size, dtype=torch.float64, device=self.device)
         # The largest p^alpha so far, on the device (read back never): new transitions get it.
         self._max_priority = torch.ones((), dtype=torch.float64, device=self.device)
+
+    @classmethod
+    def bytes_needed(cls, *args: Any, **kwargs: Any) -> int:
+        """The buffer's ``bytes_needed`` (its arguments) plus the priorities and the trees."""
+        buffer_size = args[0] if args else kwargs["buffer_size"]
+        buffer = super().bytes_needed(*args, **kwargs)  # type: ignore[misc]
+        return buffer + 8 * buffer_size + SumTree.bytes_needed(buffer_size)
+
+    @property
+    def nbytes(self) -> int:
+        """The buffer's ``nbytes`` plus the priorities and the trees."""
+        return super().nbytes + self.priorities.nbytes + self.tree.sums.nbytes + self.tree.mins.nbytes
 
     @property
     def max_priority(self) -> Tensor:
@@ -185,10 +191,10 @@ class _Prioritized:
             )
             start, count = 0, count - length
 
-    def add(self, *args: Any, **kwargs: Any) -> None:
-        """The buffer's ``add``; its transitions get the largest priority so far."""
+    def _write(self, values: dict[str, Any]) -> None:
+        """The buffer's write of an ``add``; its transitions get the largest priority so far."""
         start = self.pos
-        super().add(*args, **kwargs)  # type: ignore[misc]
+        super()._write(values)
         end = start + self.num_envs
         self.priorities[start : min(end, self.buffer_size)] = self._max_priority
         self.priorities[: max(end - self.buffer_size, 0)] = self._max_priority
@@ -201,12 +207,12 @@ class _Prioritized:
     def sample(self, batch_size: int, beta: float | None = None) -> ReplayBufferSamples:
         """``batch_size`` transitions drawn with replacement by priority, with their importance ``weights``
         (``beta``: None for the buffer's ``beta``) and slot ``indices``."""
-        self._check_can_sample()  # type: ignore[attr-defined]
+        self._check_can_sample()
         beta = self.beta if beta is None else beta
         tree = self.tree
         targets = torch.rand(batch_size, generator=self.generator, device=self.device, dtype=torch.float64)
         slots = tree.find(targets * tree.total)
-        samples = self._samples_at(slots)  # type: ignore[attr-defined]
+        samples = self._samples_at(slots)
         weights = (tree.values(slots) / tree.min).pow(-beta).float()
         return samples._replace(weights=weights, indices=slots)
 
@@ -259,7 +265,8 @@ class _Prioritized:
 
 
 class PrioritizedReplayBuffer(_Prioritized, ReplayBuffer):
-    """:class:`~rl_lightning.data.replay_buffer.ReplayBuffer` sampling by priority (module docstring).
+    """:class:`~rl_lightning.data.replay_buffer.ReplayBuffer` sampling by priority (module docstring);
+    ``alpha``, ``beta`` and ``priority_eps`` are passed by name.
 
     Args:
         buffer_size, obs_shape, num_envs, seed, device, action_shape, obs_dtype, n_step, gamma: ``ReplayBuffer``'s.
@@ -268,76 +275,13 @@ class PrioritizedReplayBuffer(_Prioritized, ReplayBuffer):
         priority_eps: added to every |TD error| (> 0).
     """
 
-    def __init__(
-        self,
-        buffer_size: int,
-        obs_shape: Sequence[int] | dict[str, Sequence[int]],
-        num_envs: int,
-        seed: int = 0,
-        device: torch.device | str = "cpu",
-        action_shape: Sequence[int] = (),
-        obs_dtype: torch.dtype | dict[str, torch.dtype] = torch.float32,
-        n_step: int = 1,
-        gamma: float = 0.99,
-        alpha: float = 0.6,
-        beta: float = 0.4,
-        priority_eps: float = PRIORITY_EPS,
-    ):
-        super().__init__(buffer_size, obs_shape, num_envs, seed, device, action_shape, obs_dtype, n_step, gamma)
-        self._init_priorities(alpha, beta, priority_eps)
-
-    @staticmethod
-    def bytes_needed(*args: Any, **kwargs: Any) -> int:
-        """``ReplayBuffer.bytes_needed`` plus the priorities and the trees."""
-        buffer_size = args[0] if args else kwargs["buffer_size"]
-        return ReplayBuffer.bytes_needed(*args, **kwargs) + _priority_bytes(buffer_size)
-
-    @property
-    def nbytes(self) -> int:
-        return super().nbytes + self.priorities.nbytes + self.tree.sums.nbytes + self.tree.mins.nbytes
-
 
 class PrioritizedFrameStackReplayBuffer(_Prioritized, FrameStackReplayBuffer):
-    """:class:`~rl_lightning.data.frame_replay.FrameStackReplayBuffer` (each frame once) sampling by priority.
+    """:class:`~rl_lightning.data.frame_replay.FrameStackReplayBuffer` (each frame once) sampling by priority;
+    ``alpha``, ``beta`` and ``priority_eps`` are passed by name.
 
     Args:
         buffer_size, obs_shape, num_envs, seed, device, action_shape, obs_dtype, n_step, gamma, stack_axis,
             padding: ``FrameStackReplayBuffer``'s.
         alpha, beta, priority_eps: :class:`PrioritizedReplayBuffer`'s.
     """
-
-    def __init__(
-        self,
-        buffer_size: int,
-        obs_shape: Sequence[int],
-        num_envs: int,
-        seed: int = 0,
-        device: torch.device | str = "cpu",
-        action_shape: Sequence[int] = (),
-        obs_dtype: torch.dtype = torch.uint8,
-        n_step: int = 1,
-        gamma: float = 0.99,
-        stack_axis: int = 0,
-        padding: str = "auto",
-        alpha: float = 0.6,
-        beta: float = 0.4,
-        priority_eps: float = PRIORITY_EPS,
-    ):
-        super().__init__(
-            buffer_size, obs_shape, num_envs, seed, device, action_shape, obs_dtype, n_step, gamma, stack_axis, padding
-        )
-        self._init_priorities(alpha, beta, priority_eps)
-
-    @staticmethod
-    def bytes_needed(*args: Any, **kwargs: Any) -> int:
-        """``FrameStackReplayBuffer.bytes_needed`` plus the priorities and the trees."""
-        buffer_size = args[0] if args else kwargs["buffer_size"]
-        return FrameStackReplayBuffer.bytes_needed(*args, **kwargs) + _priority_bytes(buffer_size)
-
-    @property
-    def nbytes(self) -> int:
-        return super().nbytes + self.priorities.nbytes + self.tree.sums.nbytes + self.tree.mins.nbytes
-
-
-def _priority_bytes(buffer_size: int) -> int:
-    return 8 * buffer_size + SumTree.bytes_needed(buffer_size)
