@@ -1,7 +1,7 @@
 """A module in a checkpoint: built back from one with nothing in the file able to run code, and its rl_lightning
-payload (the clock, the sources, the algorithm's extra state) written and read. ``RLModule``'s checkpoint methods
-delegate here; the files themselves (atomic writes, clear read errors, the one to resume from) are
-:mod:`rl_lightning.checkpoints`.
+payload (the clock, the sources, the algorithm's extra state) written and read. ``RLModule`` inherits its
+checkpoint methods from :class:`CheckpointPayload`; the files themselves (atomic writes, clear read errors, the one
+to resume from) are :mod:`rl_lightning.checkpoints`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,14 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import Tensor
 
 from rl_lightning._checks import check_bool
-from rl_lightning.checkpoints import CHECKPOINT_KEY, gather_over_ranks, load_checkpoint_file, scale_restored_lr
+from rl_lightning.checkpoints import (
+    CHECKPOINT_KEY,
+    check_checkpoint_fits,
+    gather_over_ranks,
+    load_checkpoint_file,
+    scale_restored_lr,
+)
+from rl_lightning.deprecations import renamed_in_checkpoint
 from rl_lightning.trust import check_file_hyperparameters, local_file_settings, untrusted
 
 
@@ -114,3 +121,51 @@ def load_payload(module: Any, checkpoint: dict[str, Any]) -> None:
     module._restored_sources = payload.get("sources")
     module.source = None  # rebuilt (and restored) by train_dataloader
     module.load_extra_checkpoint_state(payload)
+
+
+class CheckpointPayload:
+    """``RLModule``'s checkpoint methods: Lightning's hooks write and read the rl_lightning payload, and
+    ``load_from_checkpoint`` builds a module from a file without running anything in it."""
+
+    renamed_hyperparameters: dict[str, str]
+
+    @classmethod
+    def load_from_checkpoint(  # type: ignore[override]
+        cls,
+        checkpoint_path: str | Path | IO[bytes],
+        map_location: Any = None,
+        hparams_file: str | Path | None = None,
+        strict: bool | None = None,
+        trust_remote_code: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """The module saved in ``checkpoint_path``, built as Lightning's ``load_from_checkpoint`` builds it, with
+        nothing in the file able to run code: read with ``torch.load(weights_only=True)``, its class paths checked
+        against ``rl_lightning.trust``'s allow-list unless ``trust_remote_code``, former names upgraded
+        (:func:`load_module` says what each argument does)."""
+        return load_module(cls, checkpoint_path, map_location, hparams_file, strict, trust_remote_code, **kwargs)
+
+    @classmethod
+    def upgraded_hyperparameters(cls, saved: dict[str, Any]) -> dict[str, Any]:
+        """A checkpoint's hyper-parameters ``saved`` as this version spells them: a value saved under a former
+        name (``renamed_hyperparameters``) under its new one, the former name gone, with a ``DeprecationWarning``
+        (Lightning would drop the unknown name silently); the others as saved."""
+        return renamed_in_checkpoint(saved, cls.renamed_hyperparameters, cls.__name__)
+
+    def extra_checkpoint_state(self) -> dict[str, Any]:
+        """What the algorithm adds to the checkpoint payload (besides weights and sources)."""
+        return {}
+
+    def load_extra_checkpoint_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_checkpoint_state` saved."""
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        save_payload(self, checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        load_payload(self, checkpoint)
+
+    def check_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Raise ``ValueError`` if ``checkpoint`` was saved by another algorithm, for another env, with
+        other network shapes or (a resume) another ``num_envs``."""
+        check_checkpoint_fits(checkpoint, self.algorithm_name(), self.hparams, self.state_dict())

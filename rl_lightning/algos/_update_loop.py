@@ -5,6 +5,7 @@ skipped updates count in ``global_step``, and a former-style subclass's ``traini
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from collections.abc import Callable
@@ -14,6 +15,12 @@ import lightning as L
 from torch import Tensor
 
 from rl_lightning.deprecations import RLLightningDeprecationWarning
+
+
+def is_update_loop(training_step: Callable[..., Any]) -> bool:
+    """Whether ``training_step`` is an update loop (it pulls its batches: ``training_step(self, dataloader_iter)``,
+    as the layers' are), not a former-style one-update ``training_step(self, batch, batch_idx)``."""
+    return "dataloader_iter" in inspect.signature(training_step).parameters
 
 
 def adopt_training_step_as_update_loss(cls: type, training_step: Callable[..., Any]) -> None:

@@ -2,57 +2,57 @@
 
 It owns what is the same for all of them: the env's spaces and the training envs (built on the module's device,
 rank r's seeded ``seed + r * num_envs``; ``_envs.py``), the env-step clock and the run's plan in env steps, the
-charts, ``act``, export, greedy validation and test, the checkpoint payload (``_checkpointing.py``) and the update
-loop. A subclass implements ``make_source``, ``policy_actions``, ``greedy_policy``, ``env_steps_per_training_step``
-and ``update_loss``; a layer (``OnPolicyModule``, ``OffPolicyModule``) sets ``updates_per_training_step``.
+charts, ``act``, export, greedy validation and test, the checkpoint payload (``_checkpointing.py``), and the pieces
+of an update the layers' loops share: :meth:`RLModule.update` (the callbacks' per-update hooks around
+``update_loss``) and :meth:`RLModule.optimize` (backward, clipping, step: the one place an optimizer steps). A
+subclass implements ``make_source``, ``policy_actions``, ``greedy_policy``, ``env_steps_per_training_step`` and
+``update_loss``; a layer (``OnPolicyModule``, ``OffPolicyModule``) owns the loop and sets
+``updates_per_training_step``.
 
-One Lightning training step runs several updates (a rollout's epochs and minibatches, or ``updates_per_step``
-collections and updates), each: ``source.next_batch()``, the callbacks' ``on_update_start``
-(``rl_lightning.callbacks.updates.UpdateCallback``), ``update_loss``, one optimizer step (clipped), the callbacks'
-``on_update_end``. So ``global_step`` and ``max_steps`` count updates, and the per-update callbacks act at the same
-updates and env steps as with one update per training step.
+Lightning iterates the source (a torch ``IterableDataset``: rollouts' batches or replay samples) and a training
+step pulls the batches of its updates from it (``training_step(self, dataloader_iter)``), each generated when
+pulled, after the previous update. So ``global_step`` and ``max_steps`` count updates, and the per-update
+callbacks act at the same updates and env steps as with one update per training step.
 """
 
 from __future__ import annotations
 
-import copy
 import math
-from collections.abc import Callable
-from pathlib import Path
-from typing import IO, Any, ClassVar
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
 
 import lightning as L
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.utils.data import DataLoader
 
 from rl_lightning._checks import check_bool, check_choice, check_int, check_seed, check_str
-from rl_lightning.algos import _checkpointing, _envs, _run
+from rl_lightning.algos import _envs, _run
 from rl_lightning.algos._charts import Charts
+from rl_lightning.algos._checkpointing import CheckpointPayload
+from rl_lightning.algos._greedy_evaluation import GreedyEvaluation
 from rl_lightning.algos._inputs import ObservationInputs, as_numpy, is_tensor_input
+from rl_lightning.algos._sharing import PolicySharing
 from rl_lightning.algos._update_loop import (
     adopt_training_step_as_update_loss,
     count_optimizer_steps,
+    is_update_loop,
     updates_per_step_for,
 )
 from rl_lightning.callbacks.guard import RunGuard
-from rl_lightning.checkpoints import StepInNames, check_checkpoint_fits
+from rl_lightning.checkpoints import StepInNames
 from rl_lightning.compiling import CompiledFunctions, check_compile
 from rl_lightning.data.rollout import RolloutTensors
-from rl_lightning.data.source import EnvSource
-from rl_lightning.data.steps import TrainingStep, TrainingSteps
-from rl_lightning.deprecations import renamed_in_checkpoint, wrap_init
+from rl_lightning.data.source import EnvSource, SourceLoader
+from rl_lightning.deprecations import wrap_init
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.registry import BACKENDS, is_native_env_id
-from rl_lightning.envs.spaces import zeros_like_space
-from rl_lightning.export import export_policy, to_torchscript
 from rl_lightning.stopping import CollectiveStop
 
 __all__ = ["RLModule", "as_numpy", "is_tensor_input"]
 
 
-class RLModule(L.LightningModule):
+class RLModule(PolicySharing, GreedyEvaluation, CheckpointPayload, L.LightningModule):
     """Base class of the algorithm modules (``VPGModule``, ``DQNModule``, ...).
 
     Args:
@@ -87,8 +87,10 @@ class RLModule(L.LightningModule):
         # The subclass's __init__ also takes the former names (rl_lightning.deprecations.wrap_init: the signature,
         # the hparams and an unknown keyword's TypeError stay the real ones).
         super().__init_subclass__(**kwargs)
-        if "training_step" in vars(cls) and "update_loss" not in vars(cls):
-            adopt_training_step_as_update_loss(cls, RLModule.training_step)
+        step = vars(cls).get("training_step")
+        if step is not None and "update_loss" not in vars(cls) and not is_update_loop(step):
+            loop = next(vars(klass)["training_step"] for klass in cls.__mro__[1:] if "training_step" in vars(klass))
+            adopt_training_step_as_update_loss(cls, loop)
         if cls.renamed_hyperparameters and ("__init__" in vars(cls) or "renamed_hyperparameters" in vars(cls)):
             cls.__init__ = wrap_init(cls.__init__, cls.renamed_hyperparameters, cls.__name__)
 
@@ -164,16 +166,11 @@ class RLModule(L.LightningModule):
 
     def update_loss(self, batch: Any) -> Tensor:
         """One update's loss on ``batch`` (the source's next batch), differentiable w.r.t. the parameters the
-        optimizer steps; logs its metrics (``log_metrics``)."""
+        optimizer steps; logs its metrics (``log_metrics``). Called by :meth:`update`, in the layer's loop."""
         raise NotImplementedError
 
     #: Updates one training step runs (a layer's setting): a rollout's (on-policy) or ``updates_per_step``.
     updates_per_training_step: int = 1
-
-    def updates_to_skip(self) -> int:
-        """After an update: how many of this training step's remaining update slots to skip (PPO's
-        ``target_kl``); they count as optimizer steps, so ``max_steps`` and the run's env steps keep their plan."""
-        return 0
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Lightning names the running hook in ``_current_fx_name`` around every hook it calls (44 times
@@ -262,21 +259,15 @@ class RLModule(L.LightningModule):
         collection = getattr(self.source, "collection", None)
         return None if collection is None else collection.rollout
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> SourceLoader:
         # A reload (Trainer(reload_dataloaders_every_n_epochs=...)) or a second fit keeps the
         # source: rebuilding it would reset the envs, the counters and any replay buffer.
         if self.source is None or self.source.device != self.device:
             self.source = self._build_source()
-        # Tickets, not data: each training step pulls its updates' batches from the source (rl_lightning.data.steps).
         per_step = self.updates_per_training_step
         self._step_updates = updates_per_step_for(self.trainer, per_step) if self._attached else per_step
-        return DataLoader(TrainingSteps(self.source, self._step_updates), batch_size=None, num_workers=0)
-
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        # The sources build their batches on the module's device: no walk over the batch's tensors.
-        if self.source is not None and self.source.device == device:
-            return batch
-        return super().transfer_batch_to_device(batch, device, dataloader_idx)
+        # Lightning iterates the source itself: one batch per update, generated when the training step pulls it.
+        return SourceLoader(self.source)
 
     def _build_source(self) -> EnvSource:
         return _envs.build_source(self)
@@ -289,64 +280,97 @@ class RLModule(L.LightningModule):
         if self._stop.active:
             self._received_sigterm()  # every rank, every step: a request heard anywhere stops all at this step
 
-    # -- the update loop ----------------------------------------------------------------------
+    # -- the update loop: the layers' training steps call these -------------------------------------
 
-    def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
-        """This training step's updates (module docstring); returns the last one's loss (detached).
+    def training_step(self, dataloader_iter: Iterator[Any], batch_idx: int | None = None) -> Tensor | None:
+        """This training step's updates, each on the next batch Lightning's loader pulls from the source (which
+        collects the batch's data then, with the weights the previous update left); returns the last loss
+        (detached). The plain loop of an algorithm on the base; ``OnPolicyModule`` and ``OffPolicyModule`` have
+        their own.
 
-        Called by hand with a data batch (a ``RolloutTensors``, ``PPOBatch``, ``ReplayBufferSamples``) instead
-        of Lightning's ticket, it returns that batch's loss (``update_loss``) and updates nothing."""
-        if not isinstance(batch, TrainingStep):
-            legacy = self.__dict__.get("_legacy_update_loss")  # inside a former-style training_step's super() call
-            return legacy(batch) if legacy is not None else self.update_loss(batch)
-        trainer, source = self.trainer, batch.source
-        per_step, done = self._step_updates, trainer.global_step
-        # The updates left in this training step: up to the next multiple of updates_per_training_step within the
-        # epoch (a run resumed from a stop inside a training step finishes it), the epoch's end and max_steps.
-        per_epoch = len(source)
-        in_epoch = done % per_epoch
-        updates = min(per_step - in_epoch % per_step, per_epoch - in_epoch)
-        if trainer.max_steps >= 0:
-            updates = min(updates, trainer.max_steps - done)
-        optimizer = self.optimizers()
-        direct = self._direct_steps
-        whole = self.compiled.whole_update is not None
-        raw = optimizer.optimizer if direct else None
-        starts, ends = self._update_callbacks
+        Called by hand with a data batch (a ``RolloutTensors``, ``PPOBatch``, ``ReplayBufferSamples``; ``batch_idx``
+        ignored), it returns that batch's loss (``update_loss``) and updates nothing."""
+        if not isinstance(dataloader_iter, Iterator):
+            return self.loss_of(dataloader_iter)
         loss = None
-        while updates > 0:
-            data = source.next_batch()
-            for callback in starts:
-                callback.on_update_start(trainer, self)
-            loss = self.update_loss(data)
-            if whole:  # compile={"whole_update": True}: the compiled function stepped the optimizer
-                if loss.requires_grad:
-                    raise RuntimeError(
-                        f"{type(self).__name__}.update_loss returned a loss with a gradient under "
-                        "compile={'whole_update': True}: its loss function must go through self.compiled.update(...), "
-                        "which steps the optimizer inside the compiled update"
-                    )
-                count_optimizer_steps(trainer, 1)
-            elif direct:  # what Lightning's manual path does here, without its hook dispatch (_can_step_directly)
-                raw.zero_grad()
-                loss.backward()
-                self.on_before_optimizer_step(raw)
-                raw.step()
-                count_optimizer_steps(trainer, 1)
-            else:
-                optimizer.zero_grad()
-                self.manual_backward(loss)
-                optimizer.step()  # clips first: on_before_optimizer_step
-            loss = loss.detach()
-            for callback in ends:
-                callback.on_update_end(trainer, self, loss)
-            self._charts.flush(self)
-            updates -= 1
-            skipped = min(self.updates_to_skip(), updates) if updates else 0
-            if skipped:
-                count_optimizer_steps(trainer, skipped)
-                updates -= skipped
+        for _ in range(self.updates_in_this_step()):
+            batch, _, _ = next(dataloader_iter)
+            loss = self.update(batch)
+        self.end_training_step(dataloader_iter)
         return loss
+
+    def loss_of(self, batch: Any) -> Tensor:
+        """``update_loss(batch)`` (inside a former-style ``training_step``'s ``super()`` call, its parent's)."""
+        legacy = self.__dict__.get("_legacy_update_loss")
+        return legacy(batch) if legacy is not None else self.update_loss(batch)
+
+    def updates_in_this_step(self) -> int:
+        """The updates this training step holds: up to the next multiple of ``updates_per_training_step`` within
+        the epoch (a run resumed from a stop inside a training step finishes it), the epoch's end and
+        ``max_steps``."""
+        trainer = self.trainer
+        done, per_epoch = trainer.global_step, len(self.source)
+        in_epoch = done % per_epoch
+        updates = min(self._step_updates - in_epoch % self._step_updates, per_epoch - in_epoch)
+        return min(updates, trainer.max_steps - done) if trainer.max_steps >= 0 else updates
+
+    def update(self, batch: Any) -> Tensor:
+        """One update on ``batch``: the callbacks' ``on_update_start``, ``update_loss``, :meth:`optimize`, the
+        callbacks' ``on_update_end`` (``rl_lightning.callbacks.updates``); returns the loss, detached."""
+        trainer = self.trainer
+        starts, ends = self._update_callbacks
+        for callback in starts:
+            callback.on_update_start(trainer, self)
+        loss = self.optimize(self.update_loss(batch))
+        for callback in ends:
+            callback.on_update_end(trainer, self, loss)
+        self._charts.flush(self)
+        return loss
+
+    def optimize(self, loss: Tensor) -> Tensor:
+        """One optimizer step on ``loss``: zero the gradients, backward, clip (``on_before_optimizer_step``),
+        step, and count it in ``global_step``; the only place an optimizer steps. Under
+        ``compile={"whole_update": True}`` the compiled update stepped it already (inside ``update_loss``): here
+        it is counted. Returns ``loss`` detached."""
+        trainer = self.trainer
+        if self.compiled.whole_update is not None:
+            if loss.requires_grad:
+                raise RuntimeError(
+                    f"{type(self).__name__}.update_loss returned a loss with a gradient under "
+                    "compile={'whole_update': True}: its loss function must go through self.compiled.update(...), "
+                    "which steps the optimizer inside the compiled update"
+                )
+            count_optimizer_steps(trainer, 1)
+        elif self._direct_steps:  # what Lightning's manual path does here, without its hook dispatch (_run)
+            optimizer = self.optimizers().optimizer
+            optimizer.zero_grad()
+            loss.backward()
+            self.on_before_optimizer_step(optimizer)
+            optimizer.step()
+            count_optimizer_steps(trainer, 1)
+        else:
+            optimizer = self.optimizers()
+            optimizer.zero_grad()
+            self.manual_backward(loss)
+            optimizer.step()  # clips first: on_before_optimizer_step
+        return loss.detach()
+
+    def skip_updates(self, count: int) -> None:
+        """Count ``count`` update slots as done without running them (PPO's ``target_kl``; at most what
+        ``max_steps`` leaves), so ``max_steps`` and the run's env steps keep their plan."""
+        trainer = self.trainer
+        if trainer.max_steps >= 0:
+            count = min(count, trainer.max_steps - trainer.global_step)
+        if count > 0:
+            count_optimizer_steps(trainer, count)
+
+    def end_training_step(self, dataloader_iter: Iterator[Any]) -> None:
+        """After a training step's updates: where they end the epoch (``len(source)`` update slots), tell
+        Lightning's loader, which counts the batches pulled: an epoch with skipped updates, or resumed inside, pulls
+        fewer than ``len(source)``."""
+        if self.trainer.global_step % len(self.source) == 0 and not getattr(dataloader_iter, "done", True):
+            # Lightning 2.6: _DataFetcherWrapper.data_fetcher.done ends the epoch after this step (no public API).
+            dataloader_iter.data_fetcher.done = True
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # After the gradients are unscaled (16-mixed), before the step: clip to max_grad_norm or the Trainer's value.
@@ -401,94 +425,6 @@ class RLModule(L.LightningModule):
         """Greedy actions for a batch of observations ``(batch, *obs_shape)``."""
         return self.policy_actions(obs, greedy=True)
 
-    def export_policy(self, path: str | Path, format: str | None = None) -> Path:
-        """Save the greedy policy, standalone, to ``path``: a ``torch.export`` program (``.pt2``), ONNX
-        (``.onnx``, the ``onnx`` extra) or TorchScript (``.pt``, ``.ts``); ``format`` (``"export"``,
-        ``"onnx"``, ``"torchscript"``) overrides the suffix. It maps observations ``(batch, *obs_shape)``
-        to the actions ``act(obs, greedy=True)`` gives (a recurrent policy also takes and returns its
-        state: ``rl_lightning.export``), with no env, Lightning or rl_lightning needed to run it: in gymnasium's
-        values for a ``Discrete(n, start)`` / ``MultiDiscrete(..., start)`` env (``start + index``)."""
-        start = getattr(self._inputs.gymnasium_action_space, "start", None)
-        example = zeros_like_space(self.observation_space, 2)
-        return export_policy(self._standalone_policy(), example, path, format, action_start=start)
-
-    def to_torchscript(
-        self, file_path: str | Path | None = None, method: str = "trace", example_inputs: Any = None, **kwargs: Any
-    ) -> Any:
-        """The greedy policy as TorchScript (traced; saved as :meth:`export_policy` saves, if ``file_path``).
-        (Lightning's default scripts the whole module, which a module with envs and sources cannot be.)
-        ``example_inputs``: observations ``(batch, *obs_shape)`` (or a recurrent policy's ``(obs, state,
-        episode_start)``); None: zeros."""
-        example = example_inputs if example_inputs is not None else zeros_like_space(self.observation_space, 2)
-        return to_torchscript(self._standalone_policy(), example, file_path, method)
-
-    def _standalone_policy(self) -> nn.Module:
-        return copy.deepcopy(self.greedy_policy()).cpu().eval()
-
-    # -- the Hugging Face Hub (rl_lightning.hub, the hub extra) -----------------------------------
-
-    def save_pretrained(self, directory: str | Path, **options: Any) -> Path:
-        """Write the module to ``directory`` as the Hub holds it: ``model.safetensors``, ``config.json`` (algorithm,
-        env spec, hyper-parameters, evaluation), ``policy.pt2`` / ``policy.onnx``, ``replay.mp4`` and a model card
-        ``README.md``. ``options``: ``rl_lightning.hub.save_pretrained``'s (``repo_id``, ``eval_episodes``,
-        ``eval_seed``, ``video_steps``, ``export_formats``)."""
-        from rl_lightning.hub import save_pretrained
-
-        return save_pretrained(self, directory, **options)
-
-    @classmethod
-    def from_pretrained(cls, source: str | Path, **options: Any) -> Any:
-        """The module saved by :meth:`save_pretrained` in the folder or Hub repo id ``source``, from its
-        ``config.json`` and ``model.safetensors`` only (no pickle); ``RLModule.from_pretrained`` takes any algorithm's.
-        A folder of another algorithm, env or spaces is a ``ValueError`` saying what differs. ``options``:
-        ``rl_lightning.hub.load_pretrained``'s (``revision``, ``token``, ``trust_remote_code``, hyper-parameters)."""
-        from rl_lightning.hub import load_pretrained
-
-        return load_pretrained(source, cls, **options)
-
-    def push_to_hub(self, repo_id: str, **options: Any) -> Any:
-        """:meth:`save_pretrained`, then upload the folder to the Hub model repo ``repo_id`` (created if need be);
-        returns ``huggingface_hub``'s ``CommitInfo``. ``options``: ``rl_lightning.hub.push_to_hub``'s (``private``,
-        ``token``, ``commit_message``, ``local_dir`` and :meth:`save_pretrained`'s)."""
-        from rl_lightning.hub import push_to_hub
-
-        return push_to_hub(self, repo_id, **options)
-
-    # -- validate / test: greedy evaluation ----------------------------------------------------
-
-    #: Episodes and env seeds of ``Trainer.validate`` / ``Trainer.test`` (``rl-lightning validate``).
-    eval_episodes: ClassVar[int] = 32
-    validation_seed: ClassVar[int] = 10_000
-    test_seed: ClassVar[int] = 30_000
-
-    def val_dataloader(self) -> Any:
-        # Trainer.validate only: during fit, greedy evaluation is the Evaluation callback's, at its
-        # own cadence in env steps (an empty loader makes Lightning skip its validation loop).
-        if self._attached and self.trainer.state.fn == "fit":
-            return []
-        return DataLoader([0], batch_size=None)
-
-    def test_dataloader(self) -> Any:
-        return DataLoader([0], batch_size=None)
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._log_greedy_evaluation("eval", self.validation_seed)
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._log_greedy_evaluation("test", self.test_seed)
-
-    def _log_greedy_evaluation(self, prefix: str, seed: int) -> None:
-        from rl_lightning.callbacks.evaluation import evaluate_policy
-
-        seed += self.global_rank * self.eval_episodes
-        result = evaluate_policy(self, self.make_envs(self.eval_episodes, seed), seed=seed)
-        metrics = {
-            f"{prefix}/episodic_return": result.returns.mean(),
-            f"{prefix}/episodic_return_std": result.returns.std(unbiased=False),
-            f"{prefix}/episodic_length": result.lengths.mean(),
-        }
-        self.log_dict(metrics, batch_size=self.eval_episodes, sync_dist=True)
-
     @staticmethod
     def check_finite_outputs(outputs: Tensor, what: str) -> None:
         """Raise ``FloatingPointError`` if a network's ``outputs`` (logits, means, Q-values) are not
@@ -511,6 +447,14 @@ class RLModule(L.LightningModule):
         per-step algorithms (call it only when ``should_log()``), averaged over the epoch for per-epoch ones."""
         self._charts.log(self, metrics, prog_bar)
 
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        """Lightning's ``self.log``; ``batch_size`` defaults to 1 (each value logged counts once in an epoch's mean):
+        Lightning cannot read a batch size off the batches a ``training_step(self, dataloader_iter)`` pulls, and
+        would refuse a call without one."""
+        if kwargs.get("batch_size") is None and len(args) < 10:  # batch_size is log's 12th argument
+            kwargs["batch_size"] = 1
+        super().log(name, value, *args, **kwargs)
+
     def log_charts(self) -> None:
         """The charts of every algorithm: episodic return and length (the episodes that finished since the
         last log, all processes), SPS, env steps and learning rate, and the progress bar's fields."""
@@ -520,8 +464,6 @@ class RLModule(L.LightningModule):
         # The epoch's last update done (a run that max_steps ends inside an epoch logs no partial epoch).
         if self.source is not None and self.trainer.global_step % len(self.source) == 0:
             self._charts.end_epoch(self)
-
-    # -- optimisation ---------------------------------------------------------------------
 
     def use_fused_adam(self) -> bool:
         """Whether Adam can be the fused kernel (~0.25 ms faster per step for these tiny nets): in float32
@@ -535,9 +477,11 @@ class RLModule(L.LightningModule):
     def configure_callbacks(self) -> list[L.Callback]:
         """:class:`~rl_lightning.callbacks.guard.RunGuard`, ``StepInNames`` (``{step}`` in checkpoint names), and
         Lightning's progress bar replaced by ``RLProgressBar``; subclasses add to ``super().configure_callbacks()``."""
+        guard = RunGuard()
         if self._attached:
             _run.prepare_trainer(self)
-        return [RunGuard(), StepInNames()]
+            guard.enter_warning_scope(self.trainer)  # before Lightning checks the loop (its dataloader_iter note)
+        return [guard, StepInNames()]
 
     def on_fit_start(self) -> None:
         _run.start_fit(self)
@@ -545,55 +489,12 @@ class RLModule(L.LightningModule):
     def on_train_start(self) -> None:
         _run.start_training(self, RLModule)
 
-    # -- checkpoints ----------------------------------------------------------------------
-
     @classmethod
     def algorithm_name(cls) -> str:
         """The rl_lightning module class this class is (or derives from), e.g. ``"VPGModule"``."""
-        for klass in cls.__mro__:
-            if klass.__module__.startswith("rl_lightning.algos.") and klass is not RLModule:
+        for klass in cls.__mro__:  # an algorithm's module, not the base's or its parts' (algos/_*.py)
+            module = klass.__module__
+            algorithm = module.startswith("rl_lightning.algos.") and not module.startswith("rl_lightning.algos._")
+            if algorithm and klass is not RLModule:
                 return klass.__name__
         return cls.__name__
-
-    @classmethod
-    def load_from_checkpoint(  # type: ignore[override]
-        cls,
-        checkpoint_path: str | Path | IO[bytes],
-        map_location: Any = None,
-        hparams_file: str | Path | None = None,
-        strict: bool | None = None,
-        trust_remote_code: bool = False,
-        **kwargs: Any,
-    ) -> Any:
-        """The module saved in ``checkpoint_path``, built as Lightning's ``load_from_checkpoint`` builds it, with
-        nothing in the file able to run code: read with ``torch.load(weights_only=True)``, its class paths checked
-        against ``rl_lightning.trust``'s allow-list unless ``trust_remote_code``, former names upgraded
-        (:func:`rl_lightning.algos._checkpointing.load_module` says what each argument does)."""
-        return _checkpointing.load_module(
-            cls, checkpoint_path, map_location, hparams_file, strict, trust_remote_code, **kwargs
-        )
-
-    @classmethod
-    def upgraded_hyperparameters(cls, saved: dict[str, Any]) -> dict[str, Any]:
-        """A checkpoint's hyper-parameters ``saved`` as this version spells them: a value saved under a former
-        name (``renamed_hyperparameters``) under its new one, the former name gone, with a ``DeprecationWarning``
-        (Lightning would drop the unknown name silently); the others as saved."""
-        return renamed_in_checkpoint(saved, cls.renamed_hyperparameters, cls.__name__)
-
-    def extra_checkpoint_state(self) -> dict[str, Any]:
-        """What the algorithm adds to the checkpoint payload (besides weights and sources)."""
-        return {}
-
-    def load_extra_checkpoint_state(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`extra_checkpoint_state` saved."""
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        _checkpointing.save_payload(self, checkpoint)
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        _checkpointing.load_payload(self, checkpoint)
-
-    def check_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Raise ``ValueError`` if ``checkpoint`` was saved by another algorithm, for another env, with
-        other network shapes or (a resume) another ``num_envs``."""
-        check_checkpoint_fits(checkpoint, self.algorithm_name(), self.hparams, self.state_dict())

@@ -1,25 +1,28 @@
-"""The on-policy layer that VPG and PPO share (SB3's ``OnPolicyAlgorithm``), in Lightning.
+"""The on-policy layer that VPG and PPO share (SB3's ``OnPolicyAlgorithm``), in Lightning: it owns their loop.
 
-    for each training step (one rollout):
-        source:   the rollout, collected with the current policy (num_steps_per_rollout vectorised steps),
-                  its returns or advantages, the minibatches' order
-        for each of the rollout's updates (epochs x minibatches, or VPG's batches x rollout_use_count):
-            callbacks:    on_update_start (the LR schedule: one value per rollout)
-            update_loss:  the algorithm's loss; one optimizer step (gradient norm clipped)
-            callbacks:    on_update_end (the NaN guard)
-            updates_to_skip: PPO's target_kl ends the rollout's updates early
+    training step (one rollout's updates):
+        for each update (epochs x minibatches, or VPG's batches x rollout_use_count):
+            batch = next(dataloader_iter)    the source's next batch of the rollout; the first collects the
+                                             rollout with the current weights (num_steps_per_rollout vectorised
+                                             steps) and computes its returns / advantages and minibatch order
+            update(batch)                    on_update_start (the LR for the rollout, from env steps),
+                                             update_loss, optimize (clipped), on_update_end (the NaN guard)
+            if ends_rollout_early():         PPO's target_kl, at an update epoch's end: the one break; the
+                break                        skipped updates count as optimizer steps
 
-An algorithm on this layer is its networks, its source (``make_source``) and ``update_loss``; the loop,
-the clock (a rollout's updates per training step, its env steps per update) and the LR decay live here.
-An epoch is ``len(source)`` updates (VPG: ``rollouts_per_epoch`` rollouts, PPO: one), and the charts are
-logged once per epoch.
+An algorithm on this layer is its networks, its source (``make_source``), ``update_loss`` and settings; the loop,
+the clock (a rollout's updates per training step, its env steps per update) and the LR decay live here. An epoch
+is ``len(source)`` updates (VPG: ``rollouts_per_epoch`` rollouts, PPO: one), and the charts are logged once per
+epoch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
+from torch import Tensor
 
 from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
@@ -56,6 +59,33 @@ class OnPolicyModule(RLModule):
         compile: bool | dict[str, Any] = False,
     ):
         super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile)
+
+    def training_step(self, dataloader_iter: Iterator[Any], batch_idx: int | None = None) -> Tensor | None:
+        """One rollout's updates (module docstring; or the part of them a training step holds where a checkpoint
+        period divides them); returns the last loss, detached. Called by hand with a batch, its loss
+        (``RLModule.training_step``)."""
+        if not isinstance(dataloader_iter, Iterator):
+            return self.loss_of(dataloader_iter)
+        loss = None
+        for _ in range(self.updates_in_this_step()):
+            batch, _, _ = next(dataloader_iter)
+            loss = self.update(batch)
+            if self.ends_rollout_early():
+                self.skip_updates(self.source.skip_rest_of_rollout())
+                break
+        self.end_training_step(dataloader_iter)
+        return loss
+
+    def ends_rollout_early(self) -> bool:
+        """After an update: whether the rest of the rollout's updates are skipped (PPO's ``target_kl``; never
+        here). They count as optimizer steps, so ``max_steps`` and the run's env steps keep their plan."""
+        return False
+
+    @property
+    def update_in_rollout(self) -> int:
+        """The index of the newest update's batch among its rollout's ``source.batches_per_rollout`` (0: the
+        first update on a rollout just collected)."""
+        return self.source.collection.position
 
     @property
     def updates_per_training_step(self) -> int:  # type: ignore[override]

@@ -214,28 +214,26 @@ class PPOModule(OnPolicyModule):
         loss, metrics = self.compiled.update(ppo_minibatch_loss)(
             self.model, batch, hp.clip_coef, hp.clip_vloss, hp.vf_coef, hp.ent_coef, hp.norm_adv
         )
-        self._approx_kl = metrics["losses/approx_kl"]  # for target_kl (updates_to_skip)
-        collection = self.source.collection
-        if collection.position == 0:  # once per rollout
+        self._approx_kl = metrics["losses/approx_kl"]  # for target_kl (ends_rollout_early)
+        if self.update_in_rollout == 0:  # once per rollout
+            collection = self.source.collection
             values, targets = collection.rollout.values, collection.advantages + collection.rollout.values
             metrics["losses/explained_variance"] = compute_explained_variance(values, targets)
             self.log_charts()
         self.log_metrics(metrics)
         return loss
 
-    def updates_to_skip(self) -> int:
-        """``target_kl``: once the approximate KL of an update epoch's last minibatch exceeds it (every rank
-        decides alike, on the KL of all ranks), the rest of the rollout's updates are skipped. They count as
+    def ends_rollout_early(self) -> bool:
+        """``target_kl``: whether the approximate KL of an update epoch's last minibatch exceeds it (every rank
+        decides alike, on the KL of all ranks); the layer then skips the rest of the rollout's updates, counted as
         optimizer steps (``max_steps`` keeps meaning rollouts x epochs x minibatches, and a run takes the env
         steps it planned, as CleanRL's fixed number of iterations does)."""
-        target_kl, collection = self.hparams.target_kl, self.source.collection
-        if target_kl is None or (collection.position + 1) % self.hparams.num_minibatches != 0:
-            return 0
+        target_kl = self.hparams.target_kl
+        if target_kl is None or (self.update_in_rollout + 1) % self.hparams.num_minibatches != 0:
+            return False
         kl = self._approx_kl
         kl = self.trainer.strategy.reduce(kl, reduce_op="mean") if self.world_size > 1 else kl
-        if not bool(kl > target_kl):
-            return 0
-        return self.source.skip_rest_of_rollout()
+        return bool(kl > target_kl)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(

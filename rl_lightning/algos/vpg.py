@@ -169,7 +169,7 @@ class VPGModule(OnPolicyModule):
             self.policy_network, batch, returns, hp.normalize_returns, hp.importance_weighting, hp.iw_clip
         )
         self.log_metrics(metrics)
-        if self.source.collection.position == 0:  # once per rollout
+        if self.update_in_rollout == 0:  # once per rollout
             self.log_charts()
         return loss
 

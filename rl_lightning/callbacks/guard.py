@@ -33,9 +33,12 @@ LARGE_ACTION_BOUND = 1e3
 # The data sources define __len__ (a length Lightning does not prefetch, which keeps on-policy data
 # on-policy; they run in the main process, so its multi-worker caveat does not apply), on-policy epochs
 # can be shorter than log_every_n_steps (their charts are logged per epoch), validation is empty during
-# fit (greedy evaluation is the Evaluation callback's), and Lightning 2.6's own pytree helper trips torch
-# >= 2.10's LeafSpec deprecation on every run (nothing a user can act on).
+# fit (greedy evaluation is the Evaluation callback's), Lightning 2.6's own pytree helper trips torch
+# >= 2.10's LeafSpec deprecation on every run (nothing a user can act on), and Lightning calls the
+# training_step(self, dataloader_iter) form, which the layers' loops use by design, experimental (twice per run).
 EXPECTED_WARNINGS = (
+    r"Found `dataloader_iter` argument in the `training_step`",
+    r"You are using the `dataloader_iter` step flavor",
     r"Your `IterableDataset` has `__len__` defined",
     r"The number of training batches \(\d+\) is smaller than the logging interval",
     r"Total length of `list` across ranks is zero",
@@ -89,12 +92,7 @@ class RunGuard(UpdateCallback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         check_trainer_settings(trainer)
-        if self._warnings is None:  # left in teardown (or on_exception)
-            self._warnings = warnings.catch_warnings()
-            self._warnings.__enter__()
-            evaluating = stage in ("validate", "test")
-            for message in EXPECTED_WARNINGS + (EXPECTED_EVALUATION_WARNINGS if evaluating else ()):
-                warnings.filterwarnings("ignore", message=message)
+        self.enter_warning_scope(trainer)
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not a CheckpointIO the user chose
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         for logger in trainer.loggers:
@@ -105,6 +103,18 @@ class RunGuard(UpdateCallback):
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._leave_warning_scope()
+
+    def enter_warning_scope(self, trainer: L.Trainer) -> None:
+        """Silence Lightning's expected warnings (``EXPECTED_WARNINGS``; validate / test also
+        ``EXPECTED_EVALUATION_WARNINGS``) until teardown. The module enters it as it hands the guard to the Trainer
+        (``configure_callbacks``), before Lightning checks the loop; ``setup`` enters it for a guard given otherwise."""
+        if self._warnings is not None:  # left in teardown (or on_exception)
+            return
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        evaluating = str(getattr(trainer.state.fn, "value", trainer.state.fn)) in ("validate", "test")
+        for message in EXPECTED_WARNINGS + (EXPECTED_EVALUATION_WARNINGS if evaluating else ()):
+            warnings.filterwarnings("ignore", message=message)
 
     def _leave_warning_scope(self) -> None:
         if self._warnings is not None:

@@ -13,6 +13,7 @@ priorities, on the buffer's device, and the buffers that sample by it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -135,17 +136,16 @@ class SumTree:
 
 class _Prioritized(ReplayBufferBase):
     """The prioritized sampling both prioritized buffers share (listed before the buffer in their bases): their
-    arguments are the buffer's, and then, by name, ``alpha``, ``beta`` and ``priority_eps``.
+    arguments are the buffer's, then ``alpha``, ``beta`` and ``priority_eps``.
 
     The slots' priorities (``p^alpha``) live in ``priorities``; the tree holds them for the slots that can start
     a sample, and zero for the others (empty slots, and with ``n_step > 1`` the newest ``(n - 1) * num_envs``,
     whose chains are not complete yet). Each ``add`` refreshes the slots it wrote and those it completed.
     """
 
-    def __init__(
-        self, *args: Any, alpha: float = 0.6, beta: float = 0.4, priority_eps: float = PRIORITY_EPS, **kwargs: Any
-    ):
-        super().__init__(*args, **kwargs)
+    def _init_priorities(self, alpha: float, beta: float, priority_eps: float) -> None:
+        """The prioritized buffers' own settings, checked, and their priorities and trees (after the buffer's
+        ``__init__``)."""
         self.alpha = check_float("alpha", alpha, 0.0, 1.0)  # the paper's range: beyond 1 a few transitions take all
         self.beta = check_float("beta", beta, 0.0, 1.0)
         self.priority_eps = check_float("priority_eps", priority_eps, 0.0, low_open=True)
@@ -265,8 +265,7 @@ class _Prioritized(ReplayBufferBase):
 
 
 class PrioritizedReplayBuffer(_Prioritized, ReplayBuffer):
-    """:class:`~rl_lightning.data.replay_buffer.ReplayBuffer` sampling by priority (module docstring);
-    ``alpha``, ``beta`` and ``priority_eps`` are passed by name.
+    """:class:`~rl_lightning.data.replay_buffer.ReplayBuffer` sampling by priority (module docstring).
 
     Args:
         buffer_size, obs_shape, num_envs, seed, device, action_shape, obs_dtype, n_step, gamma: ``ReplayBuffer``'s.
@@ -275,13 +274,52 @@ class PrioritizedReplayBuffer(_Prioritized, ReplayBuffer):
         priority_eps: added to every |TD error| (> 0).
     """
 
+    def __init__(
+        self,
+        buffer_size: int,
+        obs_shape: Sequence[int] | dict[str, Sequence[int]],
+        num_envs: int,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        action_shape: Sequence[int] = (),
+        obs_dtype: torch.dtype | dict[str, torch.dtype] = torch.float32,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        priority_eps: float = PRIORITY_EPS,
+    ):
+        super().__init__(buffer_size, obs_shape, num_envs, seed, device, action_shape, obs_dtype, n_step, gamma)
+        self._init_priorities(alpha, beta, priority_eps)
+
 
 class PrioritizedFrameStackReplayBuffer(_Prioritized, FrameStackReplayBuffer):
-    """:class:`~rl_lightning.data.frame_replay.FrameStackReplayBuffer` (each frame once) sampling by priority;
-    ``alpha``, ``beta`` and ``priority_eps`` are passed by name.
+    """:class:`~rl_lightning.data.frame_replay.FrameStackReplayBuffer` (each frame once) sampling by priority.
 
     Args:
         buffer_size, obs_shape, num_envs, seed, device, action_shape, obs_dtype, n_step, gamma, stack_axis,
             padding: ``FrameStackReplayBuffer``'s.
         alpha, beta, priority_eps: :class:`PrioritizedReplayBuffer`'s.
     """
+
+    def __init__(
+        self,
+        buffer_size: int,
+        obs_shape: Sequence[int],
+        num_envs: int,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        action_shape: Sequence[int] = (),
+        obs_dtype: torch.dtype = torch.uint8,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        stack_axis: int = 0,
+        padding: str = "auto",
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        priority_eps: float = PRIORITY_EPS,
+    ):
+        super().__init__(
+            buffer_size, obs_shape, num_envs, seed, device, action_shape, obs_dtype, n_step, gamma, stack_axis, padding
+        )
+        self._init_priorities(alpha, beta, priority_eps)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
-from torch.utils.data import IterableDataset
+from torch.utils.data import DataLoader, IterableDataset
 
 from rl_lightning._checks import check_int, check_seed
 from rl_lightning.data.episodes import EpisodeTracker
@@ -138,3 +138,26 @@ class EnvSource(IterableDataset):
         else:  # the envs restart fresh: so do their episodes
             self._obs = None
             self.episodes.reset()
+
+
+class SourceLoader(DataLoader):
+    """The ``DataLoader`` Lightning iterates for a module: the source itself, one batch per item, as the source
+    builds it (on its device, no collation, no worker processes: the envs step in this process).
+
+    It is resumable, and says so to Lightning (``state_dict`` / ``load_state_dict``, so a resume inside an epoch
+    is not warned about): the source's state (envs, generators, counters, buffer, a rollout in progress) is saved
+    and restored with the module's checkpoint payload, so the loader has no state of its own.
+    """
+
+    def __init__(self, source: EnvSource):
+        super().__init__(source, batch_size=None, num_workers=0, collate_fn=_as_built)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing: the module's checkpoint payload restores the source."""
+
+
+def _as_built(batch: Any) -> Any:
+    return batch

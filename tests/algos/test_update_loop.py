@@ -124,7 +124,8 @@ def test_dqn_training_steps_hold_updates_per_step_updates():
     trainer.fit(module)
     assert (hooks.training_steps, hooks.updates, trainer.global_step) == (8, 25, 25)
     assert hooks.global_steps == list(range(1, 26))
-    assert trainer.num_training_batches == 3
+    assert trainer.num_training_batches == 10  # Lightning's epoch: the source's 10 batches, pulled 4 + 4 + 2
+    assert trainer.estimated_stepping_batches == 25  # counts updates, as global_step does
 
 
 def test_target_kl_skips_the_rest_of_the_rollout_and_counts_it():
@@ -186,7 +187,7 @@ def test_a_checkpoint_period_inside_a_training_step_lowers_the_updates_per_train
     trainer = quiet_trainer(max_steps=12, callbacks=[checkpoint, Saved()], enable_checkpointing=True)
     with pytest.warns(UserWarning, match=r"every_n_train_steps=6.*this run holds 2"):
         trainer.fit(module)
-    assert saved == [6, 12] and trainer.num_training_batches == 50
+    assert saved == [6, 12] and trainer.num_training_batches == 100
     plain = DQNModule(num_envs=2, learning_starts=20, steps_per_epoch=100, updates_per_step=4, seed=1)
     quiet_trainer(max_steps=12).fit(plain)
     assert torch.equal(module.q_network.head.weight, plain.q_network.head.weight)

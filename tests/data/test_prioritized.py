@@ -536,3 +536,19 @@ def test_prioritized_dqn_solves_cartpole_greedy_mean_return_at_least_475_over_32
     trainer.fit(module)
     assert stopper.returns[-1] >= 475.0 and module.env_steps <= 161_008, stopper.returns
     assert _greedy_mean_return(module.q_network) >= 475.0
+
+
+def test_the_prioritized_buffers_keep_their_full_signatures():
+    """Their arguments are the plain buffers' then alpha, beta, priority_eps: by position too (the public API)."""
+    import inspect
+
+    from rl_lightning.data.prioritized import PrioritizedFrameStackReplayBuffer, PrioritizedReplayBuffer
+
+    for cls, last_plain in ((PrioritizedReplayBuffer, "gamma"), (PrioritizedFrameStackReplayBuffer, "padding")):
+        names = list(inspect.signature(cls).parameters)
+        assert names[:3] == ["buffer_size", "obs_shape", "num_envs"]
+        assert names[names.index(last_plain) + 1 :] == ["alpha", "beta", "priority_eps"]
+    buffer = PrioritizedReplayBuffer(64, (4,), 2, 0, "cpu", (), torch.float32, 1, 0.99, 0.5, 0.7, 1e-3)
+    assert (buffer.alpha, buffer.beta, buffer.priority_eps) == (0.5, 0.7, 1e-3)
+    with pytest.raises(ValueError, match="alpha"):
+        PrioritizedReplayBuffer(64, (4,), 2, alpha=1.5)
