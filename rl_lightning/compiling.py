@@ -255,6 +255,8 @@ class WholeUpdate:
         clipping: ``(value, "norm" | "value")`` or None.
         polyak: ``(targets, onlines, tau)`` of the target networks moved after every update, or None.
         compile_arguments: ``torch.compile``'s arguments.
+        moves_targets_of: the callback that schedules the Polyak update (a ``TargetNetworkSync``): it keeps its
+            schedule and leaves the moving to this function.
     """
 
     def __init__(
@@ -263,11 +265,13 @@ class WholeUpdate:
         clipping: tuple[float, str] | None,
         polyak: tuple[list[torch.Tensor], list[torch.Tensor], float] | None,
         compile_arguments: dict[str, Any],
+        moves_targets_of: Any = None,
     ):
         self.optimizer = optimizer
         self.clipping = clipping
         self.polyak = polyak
         self.compile_arguments = compile_arguments
+        self.moves_targets_of = moves_targets_of
         #: The compiled functions, per loss function (``CompiledFunctions.update``).
         self.functions: dict[Callable[..., Any], Callable[..., Any]] = {}
         self._state: list[tuple[list[torch.Tensor], ...]] | None = None

@@ -218,6 +218,17 @@ class OffPolicyModule(RLModule):
         """``(target, online)`` pairs for ``TargetNetworkSync``."""
         raise NotImplementedError
 
+    def polyak_parameters(self) -> tuple[list[Tensor], list[Tensor]] | None:
+        """The target and online parameters of ``target_network_pairs()``, in order, for a compiled whole update
+        that moves the targets itself (``compile={"whole_update": True}``); None where a target has buffers (they
+        are copied, not averaged: ``update_target_network``'s work)."""
+        pairs = self.target_network_pairs()
+        if any(next(target.buffers(), None) is not None for target, _ in pairs):
+            return None
+        return [p for target, _ in pairs for p in target.parameters()], [
+            p for _, online in pairs for p in online.parameters()
+        ]
+
     def _refuse_structured_observations(self) -> None:
         """SAC's and TD3's networks take one vector: a Dict or Tuple observation is refused, named as the env
         gives it (inside rl_lightning both are a flat Dict)."""

@@ -45,9 +45,10 @@ class TargetNetworkSync(UpdateCallback):
             network on the module (defaults ``"q_network"``, ``"target_network"``), moved instead of
             ``target_network_pairs()``'s; give the module ``target_network_pairs()`` instead.
 
-    A module that compiles its whole update (``compile={"whole_update": True}``, ``rl_lightning.compiling``) may
-    take a sync that acts after every update into that function: :meth:`hand_over` gives it the tensors and ``tau``,
-    and the callback then only counts its updates until :meth:`take_back`.
+    A module that compiles its whole update (``compile={"whole_update": True}``, ``rl_lightning.compiling``) moves
+    the targets of a sync that acts after every update inside that function, with the sync's ``tau`` and its own
+    ``target_network_pairs()``: the callback then keeps its schedule and counts its updates, and leaves the moving to
+    the module's compiled update (``WholeUpdate.moves_targets_of``).
     """
 
     def __init__(
@@ -112,7 +113,8 @@ class TargetNetworkSync(UpdateCallback):
             self._last_period = period
         elif self.every_n_train_steps is not None and trainer.global_step % self.every_n_train_steps != 0:
             return  # global_step counts the training steps done, this one included
-        if not self._handed_over:
+        whole_update = getattr(getattr(pl_module, "compiled", None), "whole_update", None)
+        if not self._handed_over and getattr(whole_update, "moves_targets_of", None) is not self:
             for target, online in self._pairs(pl_module):
                 update_target_network(target, online, self.tau)
         self.num_updates += 1
@@ -123,9 +125,10 @@ class TargetNetworkSync(UpdateCallback):
         return self.every_n_env_steps is None and (self.every_n_train_steps or 1) == 1
 
     def hand_over(self, pl_module: Any) -> tuple[list[torch.Tensor], list[torch.Tensor], float] | None:
-        """For a module whose compiled update moves the targets itself: the target and online parameters and
-        ``tau``, if this sync acts after every update on parameters alone (else None: it keeps acting itself).
-        Until :meth:`take_back`, the callback counts its updates without moving the targets."""
+        """The target and online parameters and ``tau``, for code that moves the targets itself, if this sync acts
+        after every update on parameters alone (else None: it keeps acting itself). Until :meth:`take_back`, the
+        callback counts its updates without moving the targets. (rl_lightning's compiled whole update no longer
+        asks: it takes the module's own ``polyak_parameters()``.)"""
         if not self.every_update or self.tau >= 1.0:
             return None  # a copy stays update_target_network's (exact)
         pairs = self._pairs(pl_module)
