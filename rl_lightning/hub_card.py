@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import torch
 
 from rl_lightning._checks import check_int, check_seed
 from rl_lightning.hub_files import EXPORT_NAMES, LIBRARY_NAME, VIDEO_NAME, require
@@ -90,39 +89,27 @@ def evaluate_greedy(
 
 def record_video(module: RLModule, path: str | Path, num_steps: int, seed: int = 0) -> Path | None:
     """Write an MP4 of ``num_steps`` greedy steps on one copy of the module's env (episodes follow one another),
-    drawn from the observations (native envs) or rendered (gymnasium's); None, with a warning, where the env
-    can do neither or the renderer fails."""
-    from rl_lightning.video import encode_mp4
+    drawn from the observations (native envs) or rendered (gymnasium's), each frame encoded as it is played (none
+    held in memory); None, with a warning, where the env can do neither or the renderer fails."""
+    from rl_lightning.playing import first_env_frame, play_greedy
+    from rl_lightning.video import Mp4Encoder
 
     check_int("num_steps", num_steps, 1)
     envs = module.make_envs(1, seed, render=True)
     try:
         if not (envs.can_draw or envs.can_render):
             raise NotImplementedError(f"{type(envs).__name__} can neither draw its observations nor render")
-        video = encode_mp4(_greedy_frames(module, envs, num_steps), envs.render_fps)
+        with Mp4Encoder(envs.render_fps) as video:
+            frame = lambda obs: video.append(first_env_frame(envs, obs))  # noqa: E731
+            play_greedy(module.greedy_actor(), envs, episodes_per_env=None, num_steps=num_steps, frame=frame)
     except (NotImplementedError, RuntimeError, OSError) as error:  # a renderer's or an encoder's own failure
         warnings.warn(f"no video of {module.hparams.env_id}: {type(error).__name__}: {error}", stacklevel=2)
         return None
     finally:
         envs.close()
     path = Path(path)
-    path.write_bytes(video)
+    path.write_bytes(video.bytes)
     return path
-
-
-def _greedy_frames(module: RLModule, envs: Any, num_steps: int) -> Iterator[np.ndarray]:
-    """The first env's frame before each of ``num_steps`` greedy steps, one at a time (the encoder streams them:
-    no clip is held in memory)."""
-    actor = module.greedy_actor()
-    obs, _ = envs.reset()
-    starts = torch.ones(envs.num_envs, dtype=torch.bool, device=envs.device)
-    for _ in range(num_steps):
-        frame = envs.draw(obs[0]) if envs.can_draw else envs.render()[0]
-        yield np.ascontiguousarray(frame.numpy())
-        with torch.no_grad():  # not around the yield: the consumer's grad mode is its own
-            actions = torch.as_tensor(actor(obs, starts), device=envs.device)
-        obs, _, terminated, truncated, _ = envs.step(actions)
-        starts = terminated | truncated
 
 
 # -- the model card --------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -154,3 +155,11 @@ def play_greedy(
         record(running)  # episodes still running when num_steps ran out: as far as they got
     obs_played = torch.stack(all_obs, dim=1) if keep_obs else None
     return GreedyPlay(returns, lengths, cut, torch.stack(all_dones, dim=1), obs_played, frames)
+
+
+def first_env_frame(envs: VectorEnv, obs: Any) -> np.ndarray:
+    """The first env's frame for ``obs`` (the observations ``play_greedy``'s ``frame`` hook gets): drawn from its
+    observation where the env can draw (native envs), else rendered by the env itself (gymnasium's, EnvPool's):
+    uint8 ``(height, width, 3)``, for a video of one env (``scripts/enjoy.py``, the Hub's ``replay.mp4``)."""
+    frame = envs.draw(obs[0]) if envs.can_draw else envs.render()[0]
+    return np.ascontiguousarray(frame.numpy())

@@ -11,6 +11,7 @@ import io
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import imageio.v2 as imageio
 import numpy as np
@@ -186,10 +187,65 @@ def _frames_and_size(frames: Iterable[np.ndarray]) -> tuple[Iterator[np.ndarray]
     return chained(), first.shape[0], first.shape[1]
 
 
-def encode_mp4(frames: Iterable[np.ndarray], fps: float) -> bytes:
-    """Encode frames as an H.264 MP4 (yuv420p, so any browser or player shows it).
+class Mp4Encoder:
+    """An H.264 MP4 (yuv420p, so any browser or player shows it) written frame by frame, none held in memory::
+
+        with Mp4Encoder(fps) as video:
+            video.append(frame)  # uint8 (height, width, 3), every frame of one size
+        video.bytes
 
     Odd heights/widths are padded by one black row/column: yuv420p needs even sizes.
+    """
+
+    def __init__(self, fps: float):
+        self.fps = fps
+        #: The bytes of the .mp4 file (after the ``with`` block), ``ceil2(height) x ceil2(width)`` pixels.
+        self.bytes = b""
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._writer: Any = None
+        self._pad: tuple[tuple[int, int], ...] | None = None
+
+    def __enter__(self) -> Mp4Encoder:
+        self._tmp = tempfile.TemporaryDirectory()
+        return self
+
+    def append(self, frame: np.ndarray) -> None:
+        """Write one uint8 ``(height, width, 3)`` frame."""
+        if self._writer is None:
+            frame = np.asarray(frame)
+            if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
+                raise ValueError(f"frames must be uint8 (height, width, 3), got {frame.dtype} {frame.shape}")
+            height, width = frame.shape[:2]
+            self._pad = ((0, height % 2), (0, width % 2), (0, 0)) if height % 2 or width % 2 else None
+            # macro_block_size=1: imageio would otherwise resize to multiples of 16.
+            # preset veryfast: ~2x faster than libx264's default for these flat-coloured frames, and
+            # the files stay small (a few hundred kB for 500 frames of a 4x4 CartPole grid).
+            self._writer = imageio.get_writer(
+                os.path.join(self._tmp.name, "video.mp4"),
+                format="FFMPEG",
+                fps=self.fps,
+                codec="libx264",
+                pixelformat="yuv420p",
+                macro_block_size=1,
+                ffmpeg_params=["-preset", "veryfast"],
+            )
+        self._writer.append_data(frame if self._pad is None else np.pad(frame, self._pad))
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        try:
+            if self._writer is not None:
+                self._writer.close()
+            if kind is None:
+                if self._writer is None:
+                    raise ValueError("cannot encode a video with no frames")
+                with open(os.path.join(self._tmp.name, "video.mp4"), "rb") as file:
+                    self.bytes = file.read()
+        finally:
+            self._tmp.cleanup()
+
+
+def encode_mp4(frames: Iterable[np.ndarray], fps: float) -> bytes:
+    """Encode frames as an H.264 MP4 (:class:`Mp4Encoder`).
 
     Args:
         frames: uint8 ``(num_frames, height, width, 3)``, or any iterable of ``(height, width, 3)``.
@@ -198,26 +254,10 @@ def encode_mp4(frames: Iterable[np.ndarray], fps: float) -> bytes:
     Returns:
         The bytes of the .mp4 file, ``ceil2(height) x ceil2(width)`` pixels.
     """
-    frames, height, width = _frames_and_size(frames)
-    pad = ((0, height % 2), (0, width % 2), (0, 0))
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "video.mp4")
-        # macro_block_size=1: imageio would otherwise resize to multiples of 16.
-        # preset veryfast: ~2x faster than libx264's default for these flat-coloured frames, and
-        # the files stay small (a few hundred kB for 500 frames of a 4x4 CartPole grid).
-        with imageio.get_writer(
-            path,
-            format="FFMPEG",
-            fps=fps,
-            codec="libx264",
-            pixelformat="yuv420p",
-            macro_block_size=1,
-            ffmpeg_params=["-preset", "veryfast"],
-        ) as writer:
-            for frame in frames:
-                writer.append_data(np.pad(frame, pad) if height % 2 or width % 2 else frame)
-        with open(path, "rb") as file:
-            return file.read()
+    with Mp4Encoder(fps) as video:
+        for frame in frames:
+            video.append(frame)
+    return video.bytes
 
 
 def encode_gif(frames: Iterable[np.ndarray], fps: float) -> bytes:

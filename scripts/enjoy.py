@@ -18,6 +18,7 @@ steps it in local Ray workers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -25,8 +26,8 @@ from pathlib import Path
 from rl_lightning.envs.ray_vector import RAY_OPTIONS, options_for
 from rl_lightning.envs.registry import BACKENDS, is_native_env_id, make_envs
 from rl_lightning.hub import load_checkpoint, load_pretrained
-from rl_lightning.playing import play_greedy
-from rl_lightning.video import encode_mp4
+from rl_lightning.playing import first_env_frame, play_greedy
+from rl_lightning.video import Mp4Encoder
 
 #: Seconds between the progress lines of a recording.
 PROGRESS_EVERY_S = 5.0
@@ -72,20 +73,22 @@ def play(module, episodes: int, seed: int, backend: str, video: Path | None, max
     frames = 0
     started = time.monotonic()
     said = started
+    encoder = Mp4Encoder(envs.render_fps) if video is not None else contextlib.nullcontext()
 
-    def first_env_frame(obs):  # before each step: drawn from its observation, or rendered by gymnasium
+    def first_frame(obs):  # before each step: drawn from its observation, or rendered by gymnasium
         nonlocal frames, said
         frames += 1
         if time.monotonic() - said >= PROGRESS_EVERY_S:  # rendering is slow (MuJoCo): say it is going on
             said = time.monotonic()
             print(f"recording {video}: {frames:,} frames, {said - started:.0f} s", file=sys.stderr, flush=True)
-        return (envs.draw(obs[0]) if envs.can_draw else envs.render()[0]).numpy()
+        encoder.append(first_env_frame(envs, obs))  # encoded as it is played: no frame held in memory
 
-    frame = first_env_frame if video is not None else None
+    frame = first_frame if video is not None else None
     try:  # a cut episode is followed by a reset: the next one starts fresh
-        played = play_greedy(
-            module.greedy_actor(), envs, episodes_per_env=episodes, max_episode_steps=max_steps, frame=frame
-        )
+        with encoder:
+            played = play_greedy(
+                module.greedy_actor(), envs, episodes_per_env=episodes, max_episode_steps=max_steps, frame=frame
+            )
     finally:
         envs.close()
     returns, capped = played.returns[0].tolist(), int(played.cut.sum())
@@ -97,7 +100,7 @@ def play(module, episodes: int, seed: int, backend: str, video: Path | None, max
         )
     if video is not None:
         video.parent.mkdir(parents=True, exist_ok=True)
-        video.write_bytes(encode_mp4(played.frames, envs.render_fps))
+        video.write_bytes(encoder.bytes)
     return returns
 
 

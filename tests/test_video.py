@@ -1,3 +1,5 @@
+import os
+
 import imageio.v3 as iio
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ from rl_lightning.video import (
     BLANK_COLOR,
     BORDER_COLOR,
     FLASH_RING_WIDTH,
+    Mp4Encoder,
     encode_gif,
     encode_mp4,
     episode_end_flash,
@@ -168,6 +171,21 @@ def test_mp4_pads_odd_sizes_to_even():
     decoded = iio.imread(encode_mp4(frames, fps=10), index=None, extension=".mp4")
 
     assert decoded.shape == (7, 34, 46, 3)
+
+
+def test_the_mp4_encoder_takes_frames_one_at_a_time_and_leaves_nothing_behind():
+    """Mp4Encoder: what encode_mp4 is built on, frames appended as they are made (the Hub's replay.mp4 and
+    scripts/enjoy.py encode while they play); its temporary folder is gone after the block."""
+    frames = np.random.default_rng(1).integers(0, 256, (6, 17, 24, 3), dtype=np.uint8)
+    with Mp4Encoder(fps=10) as video:
+        for frame in frames:
+            video.append(frame)
+        folder = video._tmp.name
+    decoded = iio.imread(video.bytes, index=None, extension=".mp4")
+    assert decoded.shape == (6, 18, 24, 3)
+    assert not os.path.exists(folder)
+    with pytest.raises(ValueError, match="no frames"), Mp4Encoder(fps=10):
+        pass
 
 
 def test_gif_is_lossless_looping_and_timed_by_fps(cartpole_video):

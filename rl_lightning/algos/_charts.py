@@ -107,7 +107,7 @@ def publish(trainer: Any, metrics: dict[str, Any], progress: dict[str, float] | 
     in ``trainer.logged_metrics`` and ``trainer.callback_metrics`` (what ModelCheckpoint and EarlyStopping monitor),
     and in ``trainer.progress_bar_metrics``. Through Lightning's logger connector: the one place that reaches it;
     ``tests/algos/test_update_loop.py`` fails if Lightning renames what it uses."""
-    connector = trainer._logger_connector
+    connector = trainer._logger_connector  # Lightning 2.6: no public API writes logged metrics outside self.log
     if metrics:
         connector._callback_metrics.update({name: _as_tensor(value) for name, value in metrics.items()})
         connector.log_metrics(metrics)  # the loggers (none: nothing written) and logged_metrics

@@ -52,9 +52,11 @@ def adopt_training_step_as_update_loss(cls: type, training_step: Callable[..., A
 
 
 def count_optimizer_steps(trainer: L.Trainer, count: int) -> None:
-    """Count ``count`` update slots a training step skipped (``updates_to_skip``) as optimizer steps in
-    Lightning's manual-optimisation counter (what ``global_step`` reads). The one place that reaches it:
-    ``tests/algos/test_update_loop.py`` fails if Lightning renames it."""
+    """Count ``count`` optimizer steps in Lightning's manual-optimisation counter (what ``global_step`` reads): an
+    update the loop stepped itself (``RLModule.optimize``'s direct and compiled paths) or skipped slots
+    (``RLModule.skip_updates``). The one place that reaches it: ``tests/algos/test_update_loop.py`` fails if
+    Lightning renames it."""
+    # Lightning 2.6: only LightningOptimizer.step counts a step; the direct path steps the torch optimizer itself.
     trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress.increment_by(count)
 
 
@@ -67,6 +69,7 @@ def updates_per_step_for(trainer: L.Trainer, updates_per_step: int) -> int:
 
     chosen = updates_per_step
     for callback in trainer.checkpoint_callbacks:
+        # Lightning 2.6: ModelCheckpoint keeps every_n_train_steps in a private attribute only.
         every = getattr(callback, "_every_n_train_steps", 0) if isinstance(callback, ModelCheckpoint) else 0
         if every and every % chosen:
             lowered = math.gcd(chosen, every)

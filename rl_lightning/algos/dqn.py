@@ -144,7 +144,6 @@ class DQNModule(OffPolicyModule):
             check_float("max_grad_norm", max_grad_norm, 0.0, low_open=True)
         if target_update_env_steps is not None:
             check_int("target_update_env_steps", target_update_env_steps, 1)
-        check_float("tau", tau, 0.0, 1.0, low_open=True)
         check_float("epsilon_start", epsilon_start, 0.0, 1.0)
         check_float("epsilon_end", epsilon_end, 0.0, 1.0)
         check_float("exploration_fraction", exploration_fraction, 0.0, 1.0)

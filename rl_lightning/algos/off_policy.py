@@ -123,6 +123,8 @@ class OffPolicyModule(RLModule):
             ``prioritized_beta``, refused unless ``prioritized=True`` (or left at its default).
         prioritized_beta: the importance weights' exponent at the start, in [0, 1], annealed linearly to 1 over
             the run's env steps (1: the weights undo the sampling's bias fully).
+        tau: the target networks' update weight in (0, 1] (``TargetNetworkSync``: 1 copies, smaller values
+            Polyak-average); None: the algorithm has none.
     """
 
     #: Whether the algorithm's loss takes prioritized replay's importance weights and reports its TD errors
@@ -153,6 +155,7 @@ class OffPolicyModule(RLModule):
         prioritized: bool = False,
         prioritized_alpha: float = 0.6,
         prioritized_beta: float = 0.4,
+        tau: float | None = None,
     ):
         values = locals()
         super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile)
@@ -176,6 +179,8 @@ class OffPolicyModule(RLModule):
         # [0, 1] as in the paper: alpha 100 samples the one largest priority over and over, with weights ~1e-37.
         check_float("prioritized_alpha", prioritized_alpha, 0.0, 1.0)
         check_float("prioritized_beta", prioritized_beta, 0.0, 1.0)
+        if tau is not None:
+            check_float("tau", tau, 0.0, 1.0, low_open=True)
         if not prioritized:
             for name, value in (("prioritized_alpha", prioritized_alpha), ("prioritized_beta", prioritized_beta)):
                 check_unused(name, value, self._default(name), "prioritized is False", "set prioritized=True")

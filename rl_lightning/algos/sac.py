@@ -125,7 +125,6 @@ class SACModule(OffPolicyModule):
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         check_float("lr", lr, 0.0, low_open=True)
-        check_float("tau", tau, 0.0, 1.0, low_open=True)
         if alpha is not None:
             check_float("alpha", alpha, 0.0)
         check_float("alpha_init", alpha_init, 0.0, low_open=True)

@@ -123,7 +123,6 @@ class TD3Module(OffPolicyModule):
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         check_float("lr", lr, 0.0, low_open=True)
-        check_float("tau", tau, 0.0, 1.0, low_open=True)
         check_int("policy_delay", policy_delay, 1)
         check_float("target_noise", target_noise, 0.0)
         check_float("target_noise_clip", target_noise_clip, 0.0)

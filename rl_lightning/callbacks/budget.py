@@ -38,7 +38,7 @@ class EnvStepBudget(L.Callback):
                 f"also has max_steps={trainer.max_steps}: give one of the two"
             )
         self._optimizer_steps = pl_module.optimizer_steps_for(self.total_env_steps)
-        # Lightning has no public setter for max_steps; the epoch loop's attribute is what it reads.
+        # Lightning (2.6) has no public setter for max_steps; the epoch loop's attribute is what it reads.
         trainer.fit_loop.epoch_loop.max_steps = self._optimizer_steps
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -59,7 +59,7 @@ def disable_default_hp_metric(logger: Any) -> None:
     ``default_hp_metric=False``; a logger the user built is told here). The one place that sets
     Lightning's private attribute: ``tests/callbacks/test_guard.py`` fails if Lightning renames it."""
     if isinstance(logger, TensorBoardLogger):
-        logger._default_hp_metric = False
+        logger._default_hp_metric = False  # Lightning 2.6: TensorBoardLogger has no public setter
 
 
 def check_trainer_settings(trainer: L.Trainer) -> None:
