@@ -253,7 +253,7 @@ def dqn_loss(
     loss: str,
     weights: Tensor | None = None,
 ) -> tuple[Tensor, Tensor] | tuple[Tensor, Tensor, Tensor]:
-    """DQN's update as a pure function (``DQNModule.training_step`` calls it, through ``torch.compile`` with
+    """DQN's update as a pure function (``DQNModule.update_loss`` calls it, through ``torch.compile`` with
     ``compile=True``): the TD loss of ``batch`` and the mean Q(s, a), without gradient; with ``weights``
     (prioritized replay), the loss weighted per sample and a third output, the TD errors Q(s, a) - y ``(batch,)``
     without gradient (the new priorities).

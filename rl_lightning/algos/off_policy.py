@@ -1,19 +1,20 @@
 """The off-policy layer that DQN, SAC and TD3 share (SB3's ``OffPolicyAlgorithm``), in Lightning.
 
-    warm-up:   learning_starts env steps of uniformly random actions into the replay buffer
-    then, for each collection:
-        source:   train_freq vectorised env steps with explore(obs) (after the updates before it)
-        gradient_steps times:
-            source:        sample batch_size transitions (n-step sums with n_step > 1)
-            update_loss:   the algorithm's loss, one optimizer step
-            callbacks:     TargetNetworkSync, schedules (per-update hooks)
+    warm-up:   learning_starts env steps of uniformly random actions into the replay buffer (the first pull)
+    training step: updates_per_step x
+        batch = next(dataloader_iter)   the ReplaySource: where a collection is due, train_freq vectorised env
+                                        steps with explore(obs) (the weights the previous update left) stored in
+                                        the buffer; then batch_size transitions sampled (n-step sums with
+                                        n_step > 1; gradient_steps samples per collection)
+        update(batch)                   callbacks' on_update_start, update_loss (the algorithm's loss),
+                                        optimize (one optimizer step), on_update_end (TargetNetworkSync, schedules)
 
-One Lightning training step runs ``updates_per_step`` of these updates (with the collections that fall
-between them, in the same order and from the same random streams as one update per training step), so
-Lightning's fixed cost per training step is paid once per ``updates_per_step`` updates.
+The loop is ``RLModule.training_step``'s plain one (the layer adds no step to it: collecting, storing and sampling
+are the source's, as the design card has it), in the same order and from the same random streams whatever
+``updates_per_step``, so Lightning's fixed cost per training step is paid once per ``updates_per_step`` updates.
 
-An algorithm on this layer is its networks, ``explore(obs, generator)``, ``training_step`` and
-``target_network_pairs``: the buffer, the source, the clock in env steps and training steps, and the
+An algorithm on this layer is its networks, ``explore(obs, generator)``, ``update_loss`` and
+``target_network_pairs``: the buffer, the source, the clock in env steps and training steps, ``tau``, and the
 checkpointed state (buffer, generators) live here. Every algorithm uses one optimizer (SAC's actor,
 critics and temperature as three parameter groups, TorchRL's pattern: each loss term reaches only its
 own parameters), so ``global_step``, ``max_steps``, gradient clipping and the NaN guard count and cover

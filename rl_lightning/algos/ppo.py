@@ -353,7 +353,7 @@ def ppo_minibatch_loss(
     ent_coef: float,
     norm_adv: bool,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO's update as a pure function (``PPOModule.training_step`` calls it, through ``torch.compile``
+    """PPO's update as a pure function (``PPOModule.update_loss`` calls it, through ``torch.compile``
     with ``compile=True``): the loss of one minibatch, differentiable w.r.t. ``model``'s parameters, and
     the metrics it logs (detached): policy and value loss, mean entropy, approximate KL, clip fraction.
 

@@ -230,7 +230,7 @@ def sac_losses(
     learned_alpha: bool,
     weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]] | tuple[Tensor, dict[str, Tensor], Tensor]:
-    """SAC's update as a pure function (``SACModule.training_step`` calls it, through ``torch.compile`` with
+    """SAC's update as a pure function (``SACModule.update_loss`` calls it, through ``torch.compile`` with
     ``compile=True``): critic + actor (+ temperature) loss, each term reaching only its own parameters, and
     the metrics to log (without gradient); with ``weights`` (prioritized replay), the critics' loss weighted per
     sample and a third output, each sample's largest |Q_i(s, a) - y| over the critics ``(batch,)`` (the new

@@ -240,7 +240,7 @@ def td3_losses(
     update_actor: bool,
     weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]] | tuple[Tensor, dict[str, Tensor], Tensor]:
-    """TD3's update as a pure function (``TD3Module.training_step`` calls it, through ``torch.compile`` with
+    """TD3's update as a pure function (``TD3Module.update_loss`` calls it, through ``torch.compile`` with
     ``compile=True``): the critics' TD loss, plus the actor's ``-Q_1(s, actor(s))`` on its delayed steps,
     and the metrics to log (without gradient); with ``weights`` (prioritized replay), the critics' loss weighted
     per sample and a third output, each sample's largest |Q_i(s, a) - y| over the critics ``(batch,)``.

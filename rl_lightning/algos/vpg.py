@@ -213,7 +213,7 @@ def vpg_loss(
     importance_weighting: bool,
     iw_clip: float | None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """VPG's update as a pure function (``VPGModule.training_step`` calls it, through ``torch.compile``
+    """VPG's update as a pure function (``VPGModule.update_loss`` calls it, through ``torch.compile``
     with ``compile=True``): the loss ``-J`` of a batch of whole trajectories, differentiable w.r.t.
     ``policy_network``'s parameters, and the metrics it logs (detached): the objective J and, with
     ``importance_weighting``, the mean importance weight.
