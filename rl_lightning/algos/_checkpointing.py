@@ -25,73 +25,6 @@ from rl_lightning.deprecations import renamed_in_checkpoint
 from rl_lightning.trust import check_file_hyperparameters, local_file_settings, untrusted
 
 
-def load_module(
-    cls: Any,
-    checkpoint_path: str | Path | IO[bytes],
-    map_location: Any = None,
-    hparams_file: str | Path | None = None,
-    strict: bool | None = None,
-    trust_remote_code: bool = False,
-    **kwargs: Any,
-) -> Any:
-    """``cls.load_from_checkpoint``: the module saved in ``checkpoint_path``, built as Lightning's
-    ``load_from_checkpoint`` builds it (the saved hyper-parameters, ``kwargs`` overriding them, then the weights),
-    with nothing in the file able to run code:
-
-    - it is read with ``torch.load(weights_only=True)`` (no pickle runs); an empty, text or foreign file
-      is a ``ValueError`` saying which, and so is a checkpoint of another algorithm or env;
-    - its hyper-parameters are data: the class paths they name (wrappers, ``_class_path``, Lightning's
-      ``_instantiator``, ``{"class_path": ...}`` specs) must be on ``rl_lightning.trust``'s allow-list,
-      checked before anything is imported, and the module is built as ``cls(**hyper_parameters)``, never by
-      jsonargparse; nor may they choose where the process connects or what it runs: ``env_backend="ray"`` and
-      compile's ``options`` are left out, with a note (``rl_lightning.trust.local_file_settings``);
-    - a value saved under a former name loads under its new one (``cls.upgraded_hyperparameters``).
-
-    Args:
-        checkpoint_path: a checkpoint file (or an open binary file).
-        map_location: where the weights go (a device or Lightning's ``map_location`` forms; None: the
-            CPU, or wherever the saved tensors were).
-        hparams_file: a YAML or CSV file of hyper-parameters replacing the checkpoint's (yours: trusted).
-        strict: as ``load_state_dict``'s.
-        trust_remote_code: the file is yours: take any class path and process-level setting it holds.
-        **kwargs: hyper-parameters that replace the checkpoint's (yours: not checked against the list).
-
-    Raises:
-        rl_lightning.trust.UntrustedCheckpointError: a ``ValueError`` naming the key, for a class path
-            outside the allow-list.
-    """
-    from lightning.pytorch.core.saving import _load_state, load_hparams_from_tags_csv, load_hparams_from_yaml
-    from lightning.pytorch.utilities.migration.utils import _pl_migrate_checkpoint
-
-    check_bool("trust_remote_code", trust_remote_code)
-    where = str(checkpoint_path) if isinstance(checkpoint_path, (str, Path)) else "the checkpoint"
-    checkpoint = load_checkpoint_file(checkpoint_path, map_location)
-    path = checkpoint_path if isinstance(checkpoint_path, (str, Path)) else None
-    checkpoint = _pl_migrate_checkpoint(checkpoint, checkpoint_path=path)
-    if hparams_file is not None:
-        suffix = str(hparams_file).rsplit(".", 1)[-1].lower()
-        if suffix not in ("csv", "yml", "yaml"):
-            raise ValueError(f"hparams_file must be a .csv, .yml or .yaml file, got {str(hparams_file)!r}")
-        load = load_hparams_from_tags_csv if suffix == "csv" else load_hparams_from_yaml
-        checkpoint["hyper_parameters"] = dict(load(hparams_file) or {})
-    # What the caller passes is theirs; what the file holds is data, checked before anything is built.
-    from_file = {
-        name: value for name, value in (checkpoint.get("hyper_parameters") or {}).items() if name not in kwargs
-    }
-    if not trust_remote_code and hparams_file is None:  # and it may not choose where the process connects
-        check_file_hyperparameters(from_file, where)
-        from_file = local_file_settings(from_file, where)
-    for key in ("_instantiator", "_class_path"):  # Lightning's jsonargparse path, which would build class specs
-        from_file.pop(key, None)
-    checkpoint["hyper_parameters"] = {**from_file, **cls.upgraded_hyperparameters(from_file), **kwargs}
-    # A wrapper class path the file holds resolves against the allow-list even at construction.
-    trusted = trust_remote_code or hparams_file is not None or "env_kwargs" in kwargs
-    with contextlib.nullcontext() if trusted else untrusted(where):
-        model = _load_state(cls, checkpoint, strict=strict)
-    tensor = next((value for value in checkpoint["state_dict"].values() if isinstance(value, Tensor)), None)
-    return model.to(tensor.device) if tensor is not None else model
-
-
 def save_payload(module: Any, checkpoint: dict[str, Any]) -> None:
     """``RLModule.on_save_checkpoint``: the module's class path in the hyper-parameters (for ``rl-lightning
     validate --ckpt_path X``: LightningCLI reads it from there) and the rl_lightning payload under
@@ -139,11 +72,62 @@ class CheckpointPayload:
         trust_remote_code: bool = False,
         **kwargs: Any,
     ) -> Any:
-        """The module saved in ``checkpoint_path``, built as Lightning's ``load_from_checkpoint`` builds it, with
-        nothing in the file able to run code: read with ``torch.load(weights_only=True)``, its class paths checked
-        against ``rl_lightning.trust``'s allow-list unless ``trust_remote_code``, former names upgraded
-        (:func:`load_module` says what each argument does)."""
-        return load_module(cls, checkpoint_path, map_location, hparams_file, strict, trust_remote_code, **kwargs)
+        """The module saved in ``checkpoint_path``, built as Lightning's
+        ``load_from_checkpoint`` builds it (the saved hyper-parameters, ``kwargs`` overriding them, then the weights),
+        with nothing in the file able to run code:
+
+        - it is read with ``torch.load(weights_only=True)`` (no pickle runs); an empty, text or foreign file
+          is a ``ValueError`` saying which, and so is a checkpoint of another algorithm or env;
+        - its hyper-parameters are data: the class paths they name (wrappers, ``_class_path``, Lightning's
+          ``_instantiator``, ``{"class_path": ...}`` specs) must be on ``rl_lightning.trust``'s allow-list,
+          checked before anything is imported, and the module is built as ``cls(**hyper_parameters)``, never by
+          jsonargparse; nor may they choose where the process connects or what it runs: ``env_backend="ray"`` and
+          compile's ``options`` are left out, with a note (``rl_lightning.trust.local_file_settings``);
+        - a value saved under a former name loads under its new one (``cls.upgraded_hyperparameters``).
+
+        Args:
+            checkpoint_path: a checkpoint file (or an open binary file).
+            map_location: where the weights go (a device or Lightning's ``map_location`` forms; None: the
+                CPU, or wherever the saved tensors were).
+            hparams_file: a YAML or CSV file of hyper-parameters replacing the checkpoint's (yours: trusted).
+            strict: as ``load_state_dict``'s.
+            trust_remote_code: the file is yours: take any class path and process-level setting it holds.
+            **kwargs: hyper-parameters that replace the checkpoint's (yours: not checked against the list).
+
+        Raises:
+            rl_lightning.trust.UntrustedCheckpointError: a ``ValueError`` naming the key, for a class path
+                outside the allow-list.
+        """
+        from lightning.pytorch.core.saving import _load_state, load_hparams_from_tags_csv, load_hparams_from_yaml
+        from lightning.pytorch.utilities.migration.utils import _pl_migrate_checkpoint
+
+        check_bool("trust_remote_code", trust_remote_code)
+        where = str(checkpoint_path) if isinstance(checkpoint_path, (str, Path)) else "the checkpoint"
+        checkpoint = load_checkpoint_file(checkpoint_path, map_location)
+        path = checkpoint_path if isinstance(checkpoint_path, (str, Path)) else None
+        checkpoint = _pl_migrate_checkpoint(checkpoint, checkpoint_path=path)
+        if hparams_file is not None:
+            suffix = str(hparams_file).rsplit(".", 1)[-1].lower()
+            if suffix not in ("csv", "yml", "yaml"):
+                raise ValueError(f"hparams_file must be a .csv, .yml or .yaml file, got {str(hparams_file)!r}")
+            load = load_hparams_from_tags_csv if suffix == "csv" else load_hparams_from_yaml
+            checkpoint["hyper_parameters"] = dict(load(hparams_file) or {})
+        # What the caller passes is theirs; what the file holds is data, checked before anything is built.
+        from_file = {
+            name: value for name, value in (checkpoint.get("hyper_parameters") or {}).items() if name not in kwargs
+        }
+        if not trust_remote_code and hparams_file is None:  # and it may not choose where the process connects
+            check_file_hyperparameters(from_file, where)
+            from_file = local_file_settings(from_file, where)
+        for key in ("_instantiator", "_class_path"):  # Lightning's jsonargparse path, which would build class specs
+            from_file.pop(key, None)
+        checkpoint["hyper_parameters"] = {**from_file, **cls.upgraded_hyperparameters(from_file), **kwargs}
+        # A wrapper class path the file holds resolves against the allow-list even at construction.
+        trusted = trust_remote_code or hparams_file is not None or "env_kwargs" in kwargs
+        with contextlib.nullcontext() if trusted else untrusted(where):
+            model = _load_state(cls, checkpoint, strict=strict)
+        tensor = next((value for value in checkpoint["state_dict"].values() if isinstance(value, Tensor)), None)
+        return model.to(tensor.device) if tensor is not None else model
 
     @classmethod
     def upgraded_hyperparameters(cls, saved: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,6 @@ from torch import Tensor
 
 from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
-from rl_lightning.deprecations import keyword_only
 
 
 class OnPolicyModule(RLModule):
@@ -46,19 +45,6 @@ class OnPolicyModule(RLModule):
     """
 
     log_per_epoch = True
-
-    @keyword_only
-    def __init__(
-        self,
-        *,
-        env_id: str,
-        num_envs: int,
-        seed: int,
-        env_backend: str = "auto",
-        env_kwargs: dict[str, Any] | None = None,
-        compile: bool | dict[str, Any] = False,
-    ):
-        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile)
 
     def training_step(self, dataloader_iter: Iterator[Any], batch_idx: int | None = None) -> Tensor | None:
         """One rollout's updates (module docstring; or the part of them a training step holds where a checkpoint
