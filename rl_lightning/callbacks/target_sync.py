@@ -88,7 +88,7 @@ class TargetNetworkSync(UpdateCallback):
             self.online_attr, self.target_attr = online_attr or "q_network", target_attr or "target_network"
         self.num_updates = 0
         self._last_period: int | None = None  # env_steps // every_n_env_steps at the last check
-        self._handed_over = False  # the module's compiled update moves the targets (hand_over)
+        self._handed_over = False  # code that took the targets' moving over (hand_over) moves them
 
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         if self.online_attr is None:

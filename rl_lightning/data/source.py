@@ -22,8 +22,10 @@ STOP_CHECK_EVERY = 64
 
 class EnvSource(IterableDataset):
     """Base of the data sources (``RolloutSource`` and its actor-critics, ``ReplaySource``): a torch
-    ``IterableDataset`` that steps ``envs`` itself and has a length (items per epoch), so Lightning
-    never prefetches. Subclasses implement ``next_batch``.
+    ``IterableDataset`` that steps ``envs`` itself, one training batch per item, generated when the item is
+    pulled (the module's training step pulls each update's batch after the previous update:
+    ``training_step(self, dataloader_iter)``), with a length (update slots per epoch). Subclasses implement
+    ``next_batch``.
 
     ``env_steps`` counts the env steps of *all* processes (``num_envs * world_size`` per vectorised
     step): every rank steps the same number of envs in lock-step, so each rank's counter holds the
