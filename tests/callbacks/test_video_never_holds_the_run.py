@@ -2,7 +2,6 @@
 still being made, a stop request ends the run within seconds whatever the clip does, and MuJoCo rendering in software
 is detected and lightened (or the clips are off), saying so in one line."""
 
-import logging
 import os
 import signal
 import subprocess
@@ -42,11 +41,29 @@ class _EndTime(L.Callback):
         self.at = time.monotonic()
 
 
-def _info_lines(caplog) -> list[str]:
-    return [record.getMessage() for record in caplog.records if "GridVideoLogger" in record.getMessage()]
+@pytest.fixture
+def said(monkeypatch) -> list[str]:
+    """What GridVideoLogger says (its ``rank_zero_info`` lines), recorded where it says them: Lightning's logging
+    state in this process (a logger that stopped propagating to the root, or a rank an earlier test's Trainer set)
+    does not decide what the test sees, as it did with caplog under pytest-xdist."""
+    from rl_lightning.callbacks import video as video_module
+
+    lines: list[str] = []
+    original = video_module.rank_zero_info
+
+    def record(message, *args, **kwargs):
+        lines.append(str(message))
+        original(message, *args, **kwargs)
+
+    monkeypatch.setattr(video_module, "rank_zero_info", record)
+    return lines
 
 
-def test_the_fit_ends_within_seconds_of_its_budget_while_a_slow_clip_draws(tmp_path, monkeypatch, caplog):
+def _info_lines(said) -> list[str]:
+    return [line for line in said if "GridVideoLogger" in line]
+
+
+def test_the_fit_ends_within_seconds_of_its_budget_while_a_slow_clip_draws(tmp_path, monkeypatch, said):
     """A native env whose draw takes 1 s per chunk of 16 frames: the clip needs ~16 s, final_clip_timeout=1: the
     fit ends ~1 s after the budget (plus at most one chunk for the thread to notice), the clip is abandoned."""
     draw = CartPole.draw
@@ -57,16 +74,15 @@ def test_the_fit_ends_within_seconds_of_its_budget_while_a_slow_clip_draws(tmp_p
 
     monkeypatch.setattr(CartPole, "draw", slow_draw)
     end, video = _EndTime(), GridVideoLogger(every_n_env_steps=1, num_steps=256, frame_stride=1, final_clip_timeout=1)
-    caplog.set_level(logging.INFO)
     _trainer(tmp_path, [end, video], max_steps=1).fit(VPGModule(num_envs=16, num_steps_per_rollout=256))
     seconds_after_budget = time.monotonic() - end.at
     assert seconds_after_budget < 4.0
     assert video.video_paths == [] and video.abandoned_env_steps == [16 * 256]
-    (line,) = [line for line in _info_lines(caplog) if "abandoned" in line]
+    (line,) = [line for line in _info_lines(said) if "abandoned" in line]
     assert "abandoned the clip of env step 4,096" in line and "final_clip_timeout=1 s" in line
 
 
-def test_a_clip_that_will_not_finish_in_time_is_abandoned_at_once(tmp_path, monkeypatch, caplog):
+def test_a_clip_that_will_not_finish_in_time_is_abandoned_at_once(tmp_path, monkeypatch, said):
     """A gymnasium env whose render sleeps 0.2 s: 200 renders, ~40 s; final_clip_timeout=20: its pace says it
     cannot finish, so the fit ends within seconds rather than after 20 s."""
     render = GymnasiumVectorEnv.render
@@ -84,12 +100,11 @@ def test_a_clip_that_will_not_finish_in_time_is_abandoned_at_once(tmp_path, monk
 
     end = LetItStart()
     video = GridVideoLogger(every_n_env_steps=1, num_steps=400, final_clip_timeout=20)
-    caplog.set_level(logging.INFO)
     module = VPGModule(env_id="MountainCar-v0", env_backend="gymnasium", num_envs=2, num_steps_per_rollout=4)
     _trainer(tmp_path, [end, video], max_steps=1).fit(module)
     assert time.monotonic() - end.at < 6.0  # 20 s if it waited for the timeout, ~40 s for the clip
     assert video.abandoned_env_steps == [8]
-    (line,) = [line for line in _info_lines(caplog) if "abandoned" in line]
+    (line,) = [line for line in _info_lines(said) if "abandoned" in line]
     assert "s more needed, over final_clip_timeout=20 s" in line
 
 
@@ -201,19 +216,18 @@ def _as_if_mujoco_in_software(monkeypatch):
     monkeypatch.setattr(video_module, "software_rendering_note", lambda: _NOTE)
 
 
-def test_software_rendering_off_means_no_clips_and_one_line_saying_why(tmp_path, monkeypatch, caplog):
+def test_software_rendering_off_means_no_clips_and_one_line_saying_why(tmp_path, monkeypatch, said):
     _as_if_mujoco_in_software(monkeypatch)
-    caplog.set_level(logging.INFO)
     video = GridVideoLogger(every_n_env_steps=1, num_steps=4, software_rendering="off")
     _trainer(tmp_path, [video], max_steps=3).fit(_mountain_car())
     assert video.video_paths == [] and video.training_seconds == []
-    assert _info_lines(caplog) == [
+    assert _info_lines(said) == [
         f"GridVideoLogger: {_NOTE}; no grid videos this run (software_rendering='off'; 'light' draws them cheaply, "
         "'full' as on a GPU)"
     ]
 
 
-def test_software_rendering_light_says_what_it_does_once(tmp_path, monkeypatch, caplog):
+def test_software_rendering_light_says_what_it_does_once(tmp_path, monkeypatch, said):
     import rl_lightning.callbacks.video as video_module
 
     _as_if_mujoco_in_software(monkeypatch)
@@ -221,11 +235,10 @@ def test_software_rendering_light_says_what_it_does_once(tmp_path, monkeypatch, 
     monkeypatch.setattr(
         video_module, "lighten_mujoco_rendering", lambda envs, max_side: lightened.append(max_side) or 1
     )
-    caplog.set_level(logging.INFO)
     video = GridVideoLogger(every_n_env_steps=8, num_steps=4)  # software_rendering="light", the default
     _trainer(tmp_path, [video], max_steps=3).fit(_mountain_car())
     assert len(video.video_paths) + len(video.skipped_env_steps) == 3 and lightened == [160] * len(video.video_paths)
-    (line,) = [line for line in _info_lines(caplog) if "software" in line]
+    (line,) = [line for line in _info_lines(said) if "software" in line]
     assert line.startswith(f"GridVideoLogger: {_NOTE}: clips are drawn at 160 px without anti-aliasing")
     assert "32 frames a clip" in line and "software_rendering='full'" in line
 
