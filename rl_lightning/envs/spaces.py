@@ -91,7 +91,21 @@ class TensorTree(dict):
 
     @property
     def device(self) -> torch.device:
+        """The leaves' device (they share one), as ``Tensor.device``."""
         return next(iter(self.values())).device
+
+    # A tensor's other device questions, asked of observations by code written for tensors.
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device.type == "cpu"
+
+    def get_device(self) -> int:
+        """The leaves' device index, as ``Tensor.get_device`` (-1 on the CPU)."""
+        return next(iter(self.values())).get_device()
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:

@@ -43,6 +43,26 @@ def test_tensor_tree_indexes_stacks_and_splits_like_a_tensor():
         torch.where(torch.tensor([True]), a, a)
 
 
+@pytest.mark.parametrize("env_id", ["DictProbe-v0", "MaskedProbe-v0"])
+def test_a_tensor_tree_answers_a_tensors_device_questions(env_id):
+    """Code written for tensors asks an observation is_cuda / is_cpu / get_device() / device: a dict observation
+    (a TensorTree) answers as its leaves do (tests/test_cuda.py asks it on CUDA)."""
+    from rl_lightning.envs import make_envs
+
+    envs = make_envs(env_id, 4, seed=0)
+    obs, _ = envs.reset()
+    _, _, _, _, info = envs.step(envs.random_actions(torch.Generator().manual_seed(0)))
+    leaf = torch.zeros(1)
+    for tree in (obs, info["final_observation"]):
+        assert isinstance(tree, TensorTree)
+        assert (tree.is_cuda, tree.is_cpu, tree.get_device(), tree.device) == (
+            leaf.is_cuda,
+            leaf.is_cpu,
+            leaf.get_device(),
+            leaf.device,
+        )
+
+
 def test_flat_parts_names_tuple_and_nested_parts():
     space = gym.spaces.Dict(
         {"a": gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(0, 1, (2,)))), "b": gym.spaces.MultiBinary(2)}
