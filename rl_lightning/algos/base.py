@@ -280,23 +280,24 @@ class RLModule(PolicySharing, GreedyEvaluation, CheckpointPayload, L.LightningMo
         if self._stop.active:
             self._received_sigterm()  # every rank, every step: a request heard anywhere stops all at this step
 
-    # -- the update loop: the layers' training steps call these -------------------------------------
+    # -- the update loop (run_updates: the layer's) -----------------------------------------------------
 
     def training_step(self, dataloader_iter: Iterator[Any], batch_idx: int | None = None) -> Tensor | None:
-        """This training step's updates, each on the next batch Lightning's loader pulls from the source (which
-        collects the batch's data then, with the weights the previous update left); returns the last loss
-        (detached). The plain loop of an algorithm on the base; ``OnPolicyModule`` and ``OffPolicyModule`` have
-        their own.
-
-        Called by hand with a data batch (a ``RolloutTensors``, ``PPOBatch``, ``ReplayBufferSamples``; ``batch_idx``
-        ignored), it returns that batch's loss (``update_loss``) and updates nothing."""
+        """This training step's updates (:meth:`run_updates`, the layer's loop); returns the last loss (detached).
+        Called by hand with a data batch (``batch_idx`` ignored): that batch's loss (``update_loss``), no update."""
         if not isinstance(dataloader_iter, Iterator):
             return self.loss_of(dataloader_iter)
+        loss = self.run_updates(dataloader_iter)
+        self.end_training_step(dataloader_iter)
+        return loss
+
+    def run_updates(self, dataloader_iter: Iterator[Any]) -> Tensor | None:
+        """``updates_in_this_step()`` x (pull the next batch: the source collects it then, with the weights the previous
+        update left; :meth:`update`): the off-policy layer's loop; ``OnPolicyModule`` adds its ``target_kl`` break."""
         loss = None
         for _ in range(self.updates_in_this_step()):
             batch, _, _ = next(dataloader_iter)
             loss = self.update(batch)
-        self.end_training_step(dataloader_iter)
         return loss
 
     def loss_of(self, batch: Any) -> Tensor:
@@ -365,9 +366,8 @@ class RLModule(PolicySharing, GreedyEvaluation, CheckpointPayload, L.LightningMo
             count_optimizer_steps(trainer, count)
 
     def end_training_step(self, dataloader_iter: Iterator[Any]) -> None:
-        """After a training step's updates: where they end the epoch (``len(source)`` update slots), tell
-        Lightning's loader, which counts the batches pulled: an epoch with skipped updates, or resumed inside, pulls
-        fewer than ``len(source)``."""
+        """Where this step's updates end the epoch (``len(source)`` slots), tell Lightning's loader, which counts
+        batches pulled: an epoch with skipped updates, or resumed inside, pulls fewer."""
         if self.trainer.global_step % len(self.source) == 0 and not getattr(dataloader_iter, "done", True):
             # Lightning 2.6: _DataFetcherWrapper.data_fetcher.done ends the epoch after this step (no public API).
             dataloader_iter.data_fetcher.done = True

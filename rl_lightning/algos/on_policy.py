@@ -46,12 +46,9 @@ class OnPolicyModule(RLModule):
 
     log_per_epoch = True
 
-    def training_step(self, dataloader_iter: Iterator[Any], batch_idx: int | None = None) -> Tensor | None:
+    def run_updates(self, dataloader_iter: Iterator[Any]) -> Tensor | None:
         """One rollout's updates (module docstring; or the part of them a training step holds where a checkpoint
-        period divides them); returns the last loss, detached. Called by hand with a batch, its loss
-        (``RLModule.training_step``)."""
-        if not isinstance(dataloader_iter, Iterator):
-            return self.loss_of(dataloader_iter)
+        period divides them), with the one ``target_kl`` break; returns the last loss, detached."""
         loss = None
         for _ in range(self.updates_in_this_step()):
             batch, _, _ = next(dataloader_iter)
@@ -59,7 +56,6 @@ class OnPolicyModule(RLModule):
             if self.ends_rollout_early():
                 self.skip_updates(self.source.skip_rest_of_rollout())
                 break
-        self.end_training_step(dataloader_iter)
         return loss
 
     def ends_rollout_early(self) -> bool:

@@ -1,7 +1,7 @@
 """The per-update hooks: how a callback acts between two updates inside one training step.
 
 An rl_lightning module runs several updates per Lightning training step (its layer's loop,
-``OnPolicyModule.training_step`` / ``RLModule.training_step``: a rollout's minibatches, or ``updates_per_step``
+``OnPolicyModule.run_updates`` / ``RLModule.run_updates``: a rollout's minibatches, or ``updates_per_step``
 collections and updates, each through ``RLModule.update``), so Lightning's
 ``on_train_batch_start`` / ``on_train_batch_end`` run once per *training step*. A callback that must act
 at every update subclasses :class:`UpdateCallback` and overrides either or both of
