@@ -3,7 +3,9 @@ constructor, the physical state stored as rows, the per-env episode clock and ti
 
 from __future__ import annotations
 
+import functools
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -33,10 +35,15 @@ class ClassicControlEnv(VectorEnv):
             float64: trajectories then agree with it to rounding; each env says how closely).
             Observations are float32 either way.
         max_episode_steps: the time limit (None: gymnasium's, ``default_max_episode_steps``).
-        compile: run the dynamics (``dynamics``, a pure function of the state, the actions and
-            constant tensors) through ``torch.compile(dynamic=False)``, built on the first step
-            (the seconds it took: :attr:`compile_seconds`). Resets and random draws stay eager, so
-            the random streams are the eager env's; the numbers agree with it to float rounding.
+        compile: step through ``torch.compile(dynamic=False)``, built on the first step (the seconds
+            it took: :attr:`compile_seconds`). Where the env draws fresh reset states for every env
+            on every step (every env but the CPU's CartPole, whose reset draws only for the envs that
+            finished, after reading which did), the whole step is one compiled function
+            (:func:`fused_step`: the dynamics, the time limit, the auto-reset, the observations and
+            the final observations); elsewhere the dynamics alone. The reset states are drawn eagerly
+            from the env's generator, as the eager env draws them (dynamo cannot trace a
+            ``torch.Generator``), so the random streams are the eager env's and the numbers agree with
+            it to float rounding.
 
     ``env.state`` is the physical state ``(num_envs, state_size)``; it may be read and assigned
     (``env.state = s`` or ``env.state[i] = s_i``).
@@ -52,8 +59,15 @@ class ClassicControlEnv(VectorEnv):
     #: gymnasium's time limit for the env.
     default_max_episode_steps: int
     _state_attributes = ("_state", "_clock", "_episode_start")
-    #: The env's dynamics as a pure function of tensors (a ``staticmethod``), what ``compile=True`` compiles.
+    #: The env's dynamics as a pure function of tensors (a ``staticmethod``), what ``compile=True`` compiles:
+    #: ``dynamics(state, *inputs) -> (final, [final_obs,] reward, terminated)``.
     dynamics: Callable[..., Any]
+    #: The observation of a ``(state_size, n)`` state as a pure function (a ``staticmethod``): float32
+    #: ``(n, *obs_shape)`` in fresh memory, equal to :meth:`_obs`'s; what the fused step computes.
+    observe: Callable[[Tensor], Tensor]
+    #: Whether every step draws fresh reset states for every env (kept where an episode ended): then
+    #: ``compile=True`` fuses the whole step (:func:`fused_step`).
+    resets_every_step: bool = True
     #: The fewest copies from which the compiled dynamics step faster than the eager ones on a CPU (measured
     #: with ``benchmarks/bench_envs.py``: a compiled call's fixed ~25 us must buy more than it costs); None:
     #: never on a CPU. A module's ``compile=True`` compiles its training envs' step only from there (on
@@ -72,6 +86,10 @@ class ClassicControlEnv(VectorEnv):
         #: Whether the dynamics run through ``torch.compile``.
         self.compile = check_bool("compile", compile)
         self._compiled_dynamics: Callable[..., Any] | None = None
+        self._compiled_step: Callable[..., Any] | None = None
+        # The clock as a device tensor for the fused step (rebuilt when it falls behind the host's).
+        self._device_clock: Tensor | None = None
+        self._device_clock_at = -1
         #: Seconds the first compiled step took (compilation included); None before it or without compile.
         self.compile_seconds: float | None = None
         if dtype not in (torch.float32, torch.float64):
@@ -112,10 +130,37 @@ class ClassicControlEnv(VectorEnv):
             *outputs, terminated = self._compiled_dynamics(*args)
         return *outputs, terminated.bool()  # see compiled_flags
 
+    def _step_fused(self, *inputs: Any) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
+        """The whole step as one compiled function (:func:`fused_step`), given the dynamics' inputs after the
+        state: the same results as ``_dynamics`` then ``_end_step`` with resets on every step."""
+        reset_states = self._random_states()  # the eager auto-reset's draw: the same stream
+        if self._device_clock is None or self._device_clock_at != self._clock:
+            self._device_clock = torch.tensor(self._clock, dtype=torch.int64, device=self.device)
+        arguments = (self.dynamics, self.observe, self._state, self._episode_start, self._device_clock)
+        arguments += (self.max_episode_steps, reset_states, *inputs)
+        if self._compiled_step is None:
+            options = {"fullgraph": True, "options": _COMPILE_OPTIONS}
+            self._compiled_step = torch_compile(_fused_step_of(type(self)), **options)
+            start = time.perf_counter()
+            outputs = self._compiled_step(*arguments)
+            self.compile_seconds = time.perf_counter() - start
+        else:
+            outputs = self._compiled_step(*arguments)
+        self._state, self._episode_start, self._device_clock, obs, final_obs, reward, terminated, truncated = outputs
+        self._clock += 1
+        self._device_clock_at = self._clock
+        return obs, reward, terminated.bool(), truncated.bool(), {"final_observation": final_obs}
+
+    @property
+    def _fuses_step(self) -> bool:
+        """Whether a step is :meth:`_step_fused` (``compile`` on, and resets drawn on every step)."""
+        return self.compile and self.resets_every_step
+
     def __getstate__(self) -> dict[str, Any]:
         # A compiled function cannot be pickled or deep-copied: the copy compiles again on its first step.
         state = self.__dict__.copy()
         state["_compiled_dynamics"] = None
+        state["_compiled_step"] = None
         return state
 
     def _spaces(self) -> tuple[gym.spaces.Box, gym.spaces.Discrete | gym.spaces.Box]:
@@ -202,3 +247,56 @@ def compiled_flags(flags: Tensor) -> Tensor:
     if torch.compiler.is_compiling() and flags.device.type == "cpu":
         return flags.float()
     return flags
+
+
+def fused_step(
+    dynamics: Callable[..., Any],
+    observe: Callable[[Tensor], Tensor],
+    state: Tensor,
+    episode_start: Tensor,
+    clock: Tensor,
+    max_episode_steps: int,
+    reset_states: Tensor,
+    *inputs: Any,
+) -> tuple[Tensor, ...]:
+    """One step of every env as a pure function (the fused step ``compile=True`` compiles): the dynamics,
+    gymnasium's ``TimeLimit``, the auto-reset to ``reset_states`` where an episode ended, and the observations.
+
+    Args:
+        dynamics: the env's :attr:`ClassicControlEnv.dynamics`, called as ``dynamics(state, *inputs)``.
+        observe: the env's :attr:`ClassicControlEnv.observe`.
+        state: ``(state_size, n)``; ``episode_start`` int64 ``(n,)``: the clock at each episode's start;
+            ``clock``: int64 0-dim, the steps taken before this one.
+        reset_states: ``(state_size, n)`` fresh start states (kept only where an episode ends).
+
+    Returns:
+        ``(next_state, next_episode_start, clock + 1, obs, final_obs, reward, terminated, truncated)``
+        (the flags as :func:`compiled_flags` gives them).
+    """
+    final, *_, reward, terminated = dynamics(state, *inputs)
+    terminated = terminated.bool()
+    clock = clock + 1
+    # gymnasium's TimeLimit: truncated on the limit's step even if the env also terminated.
+    truncated = episode_start <= clock - max_episode_steps
+    done = terminated | truncated
+    # Row by row, stacked: one loop over the envs computes everything (a where over the (state_size, n) state is a
+    # second loop, which reads `done` back from memory, stored as bool on the CPU at ~10 ns an element).
+    rows = zip(reset_states.unbind(), final.unbind(), strict=True)
+    next_state = torch.stack([torch.where(done, reset, row) for reset, row in rows])
+    next_start = torch.where(done, clock, episode_start)
+    obs, final_obs = observe(next_state), observe(final)
+    return next_state, next_start, clock, obs, final_obs, reward, compiled_flags(terminated), compiled_flags(truncated)
+
+
+@functools.cache
+def _fused_step_of(env_class: type) -> Callable[..., Any]:
+    """:func:`fused_step` with a code object of its own per env class: dynamo keeps compiled code, and its
+    recompilation limit, per code object (each env of a class and shape reuses its class's code)."""
+    name = f"fused_step_{env_class.__name__}"
+    return types.FunctionType(fused_step.__code__.replace(co_name=name), fused_step.__globals__, name)
+
+
+def state_observation(state: Tensor) -> Tensor:
+    """The observation that is the state itself: float32 ``(n, state_size)`` in fresh memory, a transposed view
+    of a ``(state_size, n)`` copy (see :meth:`ClassicControlEnv._obs`: a transposing copy costs more)."""
+    return state.to(torch.float32, copy=True).T

@@ -13,7 +13,8 @@ random actions) come from a counter-based hash of ``(seed, step, env)`` instead 
 ``torch.Generator`` (a generator cannot advance inside a replayed graph), so trajectories after
 the first reset differ from gymnasium's stream while following the same distribution; and only
 the carried state is kept (observations, rewards and dones of the inner steps are not stored).
-It measures and drives raw simulation throughput; training uses the exact env.
+It measures and drives raw simulation throughput; training uses the exact env, whose ``compile=True`` fuses its
+whole step the same way (``rl_lightning.envs._classic_control.fused_step``) with the env's own generator.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning.envs._classic_control import ClassicControlEnv, compiled_flags
+from rl_lightning.envs._classic_control import ClassicControlEnv, compiled_flags, state_observation
 from rl_lightning.envs.render import disc, paint, pixel_grid, rectangle
 
 # gymnasium.envs.classic_control.mountain_car.MountainCarEnv's constants (the continuous env
@@ -182,6 +182,8 @@ class _MountainCarBase(ClassicControlEnv):
     def _action_space(self) -> gym.spaces.Discrete | gym.spaces.Box:
         raise NotImplementedError
 
+    observe = staticmethod(state_observation)
+
     def _setup(self) -> None:
         self._constants = MountainCarConstants.make(self.goal_position, self.dtype, self.device)
 
@@ -221,6 +223,8 @@ class MountainCar(_MountainCarBase):
     def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         if actions.dtype not in (torch.int32, torch.int64):
             actions = actions.long()
+        if self._fuses_step:
+            return self._step_fused(actions, self._constants)
         return self._finish_step(*self._dynamics(self._state, actions, self._constants))
 
 
@@ -259,6 +263,8 @@ class MountainCarContinuous(_MountainCarBase):
             unclipped_actions = actions
         # float64 computes an episode's first step in float64 (see _continuous_step_in_gymnasium_precision).
         first_step = None if self.dtype == torch.float32 else self._episode_start == self._clock
+        if self._fuses_step:
+            return self._step_fused(actions, unclipped_actions, first_step, self._constants)
         dynamics = self._dynamics(self._state, actions, unclipped_actions, first_step, self._constants)
         return self._finish_step(*dynamics)
 

@@ -41,8 +41,11 @@ class PendulumConstants(NamedTuple):
         )
 
 
-def pendulum_dynamics(state: Tensor, actions: Tensor, constants: PendulumConstants) -> tuple[Tensor, Tensor, Tensor]:
-    """:class:`Pendulum`'s dynamics, what ``compile=True`` compiles.
+def pendulum_dynamics(
+    state: Tensor, actions: Tensor, constants: PendulumConstants
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:class:`Pendulum`'s dynamics and observation, what ``compile=True`` compiles: the whole step but
+    the truncation (every env on the same step, decided on the host) and its reset.
 
     Args:
         state: ``(2, n)`` (angle, angular velocity), float32 or float64.
@@ -50,7 +53,8 @@ def pendulum_dynamics(state: Tensor, actions: Tensor, constants: PendulumConstan
         constants: :class:`PendulumConstants` of ``state``'s dtype and device.
 
     Returns:
-        The next state ``(2, n)``, reward float32 ``(n,)`` and terminated bool ``(n,)`` (never).
+        The next state ``(2, n)``, its observation ``(n, 3)``, reward float32 ``(n,)`` and terminated bool
+        ``(n,)`` (never).
     """
     angle, speed = state.unbind()
     torque = actions[:, 0]
@@ -70,7 +74,20 @@ def pendulum_dynamics(state: Tensor, actions: Tensor, constants: PendulumConstan
         torch.add(speed, acceleration, alpha=DT, out=final[1]).clamp_(-MAX_SPEED, MAX_SPEED)
         torch.add(angle, final[1], alpha=DT, out=final[0])
     terminated = torch.zeros(angle.shape, dtype=torch.bool, device=angle.device)
-    return final, reward, compiled_flags(terminated)
+    return final, pendulum_observation(final), reward, compiled_flags(terminated)
+
+
+def pendulum_observation(state: Tensor) -> Tensor:
+    """Float32 observations ``(n, 3)`` = (cos angle, sin angle, angular velocity) of a ``(2, n)`` state, in
+    fresh memory (a transposed view of a ``(3, n)`` tensor)."""
+    angle, speed = state.unbind()
+    if torch.compiler.is_compiling():  # rows stacked, not written into views (see cartpole_step)
+        return torch.stack([torch.cos(angle), torch.sin(angle), speed]).float().T
+    obs = torch.empty(3, state.shape[1], device=state.device)
+    torch.cos(angle, out=obs[0])
+    torch.sin(angle, out=obs[1])
+    obs[2] = speed
+    return obs.T
 
 
 class Pendulum(ClassicControlEnv):
@@ -90,6 +107,10 @@ class Pendulum(ClassicControlEnv):
     default_max_episode_steps = MAX_EPISODE_STEPS
     render_fps = 30
     dynamics = staticmethod(pendulum_dynamics)
+    observe = staticmethod(pendulum_observation)
+    # Every env is truncated and reset on the same step, decided on the host: the step between two resets is
+    # the dynamics alone (with ``compile=True``, one compiled function with the observation).
+    resets_every_step = False
 
     def __init__(
         self,
@@ -127,12 +148,7 @@ class Pendulum(ClassicControlEnv):
         return states
 
     def _obs(self, state: Tensor, private: bool = False) -> Tensor:
-        angle, speed = state.unbind()
-        obs = torch.empty(3, self.num_envs, device=self.device)
-        torch.cos(angle, out=obs[0])
-        torch.sin(angle, out=obs[1])
-        obs[2] = speed
-        return obs.T
+        return pendulum_observation(state)
 
     def _reset_all(self) -> Tensor:
         self._state = self._random_states()
@@ -140,9 +156,8 @@ class Pendulum(ClassicControlEnv):
         return self._obs(self._state)
 
     def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
-        final, reward, terminated = self._dynamics(self._state, actions, self._constants)
+        final, final_obs, reward, terminated = self._dynamics(self._state, actions, self._constants)
         self._clock += 1
-        final_obs = self._obs(final)
         if self._clock - self._episode_start < self.max_episode_steps:
             self._state, obs = final, final_obs
             truncated = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)

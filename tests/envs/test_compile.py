@@ -21,14 +21,29 @@ def _random_actions(env, generator):
     return actions * 1.5 if env.action_kind == "box" else actions  # some out of bounds: clipped
 
 
-@pytest.mark.parametrize("env_class", list(TOLERANCES), ids=lambda cls: cls.__name__)
-def test_compiled_env_equals_the_eager_env(env_class):
+def _sync_free(env):
+    """CartPole with the reset it has off the CPU: fresh states drawn for every env on every step."""
+    env.sync_free = True
+    return env
+
+
+# (env class, sync-free CartPole): the CPU's CartPole compiles its dynamics alone (its reset reads which envs
+# finished); a sync-free CartPole, Acrobot and the MountainCars fuse the whole step; Pendulum's compiled
+# dynamics are its whole step between the resets every env takes on the same step.
+CASES = [(env_class, False) for env_class in TOLERANCES] + [(CartPole, True)]
+FUSED = {Acrobot, MountainCar, MountainCarContinuous}
+
+
+@pytest.mark.parametrize(("env_class", "sync_free"), CASES, ids=lambda case: getattr(case, "__name__", f"{case}"))
+def test_compiled_env_equals_the_eager_env(env_class, sync_free):
     """Same seed, same actions: the compiled env's observations, rewards and final observations equal
     the eager env's to float rounding and its terminated / truncated flags exactly, over NUM_STEPS
     steps with auto-resets (the reset draws are the eager env's: one generator stream)."""
     # A 100-step time limit: every env restarts (from the same eager draws) within the test.
     eager = env_class(16, seed=3, max_episode_steps=100)
     compiled = env_class(16, seed=3, max_episode_steps=100, compile=True)
+    if sync_free:
+        eager, compiled = _sync_free(eager), _sync_free(compiled)
     assert torch.equal(eager.reset()[0], compiled.reset()[0])
     generator = torch.Generator().manual_seed(4)
     tolerance = TOLERANCES[env_class]
@@ -45,6 +60,10 @@ def test_compiled_env_equals_the_eager_env(env_class):
         ends += int((terminated | truncated).sum())
     assert compiled.compile_seconds is not None and compiled.compile_seconds > 0
     assert eager.compile_seconds is None
+    fused = env_class in FUSED or sync_free
+    assert (compiled._compiled_step is not None) == fused  # the whole step is one compiled function
+    assert (compiled._compiled_dynamics is not None) == (not fused)
+    assert eager._compiled_step is None and eager._compiled_dynamics is None
     assert ends > 0  # the auto-reset was exercised
     assert torch.equal(compiled.get_rng_state(), eager.get_rng_state())  # the same draws
 
@@ -82,6 +101,47 @@ def test_compiled_float64_cartpole_state_dict_state_and_pickle():
     env.state = state
     _, _, terminated, _, info = env.step(torch.zeros(8, dtype=torch.int64))
     assert terminated[0] and info["final_observation"][0, 2] == 0.5
+
+
+def test_the_fused_step_keeps_the_state_dict_copies_and_fresh_observations():
+    """A fused compiled env (Acrobot, float64: equal to eager to ~1e-12): its copies (pickle, deepcopy) and an env
+    restored from its ``state_dict`` continue exactly as it does (the clock the fused step reads follows the
+    restored one); its observations are fresh memory (writing into one leaves the env alone), and ``env.state = ...``
+    reaches the fused step."""
+    env = Acrobot(4, seed=1, dtype=torch.float64, max_episode_steps=20, compile=True)
+    eager = Acrobot(4, seed=1, dtype=torch.float64, max_episode_steps=20)
+    generator = torch.Generator().manual_seed(2)
+    env.reset(), eager.reset()
+    for _ in range(30):
+        actions = env.random_actions(generator)
+        outputs, expected = env.step(actions), eager.step(actions)
+        torch.testing.assert_close(outputs[0], expected[0], rtol=0, atol=1e-12)
+        assert torch.equal(outputs[3], expected[3])  # truncated on the same steps
+    assert env._compiled_step is not None
+    saved = env.state_dict()
+    clones = [pickle.loads(pickle.dumps(env)), copy.deepcopy(env)]
+    restored = Acrobot(4, seed=99, dtype=torch.float64, max_episode_steps=20, compile=True)
+    restored.step(env.random_actions(generator))  # its own clock, moved on: the restored one replaces it
+    restored.load_state_dict(saved)
+    actions = [env.random_actions(generator) for _ in range(25)]
+    expected = [env.step(a) for a in actions]
+    assert any(bool(step[3].any()) for step in expected)  # a time limit reached after the copy
+    for other in (*clones, restored):
+        assert other._compiled_step is None or other is restored
+        for a, (obs, reward, terminated, truncated, _) in zip(actions, expected, strict=True):
+            o, r, te, tr, _ = other.step(a)
+            assert torch.equal(o, obs) and torch.equal(r, reward)
+            assert torch.equal(te, terminated) and torch.equal(tr, truncated)
+
+    obs, *_, info = env.step(env.random_actions(generator))
+    before = env.state.clone()
+    obs.fill_(7.0), info["final_observation"].fill_(7.0)
+    assert torch.equal(env.state, before)
+    state = env.state.clone()
+    state[0] = torch.tensor([3.0, 0.0, 0.0, 0.0], dtype=torch.float64)  # the free end up: terminates
+    env.state = state
+    _, reward, terminated, _, _ = env.step(torch.ones(4, dtype=torch.int64))
+    assert terminated[0] and reward[0] == 0.0
 
 
 def test_make_envs_passes_compile_to_native_envs():
