@@ -38,9 +38,10 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def env_step_time(env_id: str, num_envs: int, device: torch.device, steps: int) -> float:
-    """Seconds per vector step of ``num_envs`` copies (random actions, drawn on the device)."""
-    envs = make_envs(env_id, num_envs, seed=0, device=device)
+def env_step_time(env_id: str, num_envs: int, device: torch.device, steps: int, compile: bool = False) -> float:
+    """Seconds per vector step of ``num_envs`` copies (random actions, drawn on the device); ``compile``: the
+    training path's compiled step (``make_envs(..., compile=True)``)."""
+    envs = make_envs(env_id, num_envs, seed=0, device=device, compile=compile)
     generator = torch.Generator(device=device).manual_seed(0)
     envs.reset()
     for _ in range(10):  # warm-up, and the first step's action check
@@ -195,18 +196,22 @@ def main() -> None:
         "## Env throughput (random actions, no host sync in the loop)",
         "",
         "Eager: `make_envs(env_id, n, device=...)`, one `step` per Python call, exact (gymnasium's",
-        "dynamics and reset stream). Fused: `rl_lightning.envs.fused.FusedCartPole`, the same dynamics",
+        "dynamics and reset stream). Compiled: `make_envs(..., compile=True)`, the training path: each step one",
+        "compiled function, the same reset stream. Fused: `rl_lightning.envs.fused.FusedCartPole`, the same dynamics",
         "compiled by torch.compile and 100 steps per CUDA-graph launch (random numbers from a counter hash).",
         "",
         "| env | path | num_envs | us per vector step | env steps/s |",
         "|---|---|---:|---:|---:|",
     ]
-    for env_id in ENV_IDS if not args.quick else ENV_IDS[:2]:
-        for num_envs in sizes:
-            seconds = env_step_time(env_id, num_envs, device, steps=20 if num_envs >= 2**20 else 100)
-            lines.append(f"| {env_id} | eager | {num_envs:,} | {seconds * 1e6:,.1f} | {num_envs / seconds:.3g} |")
-            print(lines[-1], flush=True)
-            args.out.write_text("\n".join(lines) + "\n")
+    for compile in (False, True):
+        for env_id in ENV_IDS if not args.quick else ENV_IDS[:2]:
+            for num_envs in sizes:
+                steps = 20 if num_envs >= 2**20 else 100
+                seconds = env_step_time(env_id, num_envs, device, steps, compile)
+                path = "compiled" if compile else "eager"
+                lines.append(f"| {env_id} | {path} | {num_envs:,} | {seconds * 1e6:,.1f} | {num_envs / seconds:.3g} |")
+                print(lines[-1], flush=True)
+                args.out.write_text("\n".join(lines) + "\n")
     for num_envs in sizes:
         seconds = fused_step_time(num_envs, device)
         lines.append(f"| CartPole-v1 | fused | {num_envs:,} | {seconds * 1e6:,.1f} | {num_envs / seconds:.3g} |")

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.optim.adam import adam as torch_adam
 
 from rl_lightning._checks import _type_name
 
@@ -241,9 +242,11 @@ class WholeUpdate:
 
         loss, *others = f(*args); loss.backward(); clip; Adam's step; target <- lerp(target, online, tau)
 
-    (the gradients zeroed before it). Adam's step is written here as a pure function of the parameters, their
-    gradients and the optimizer's own state tensors (``exp_avg``, ``exp_avg_sq``, ``step``, created in Adam's format,
-    so checkpoints and an eager resume see a plain ``torch.optim.Adam``), with the learning rate passed as a tensor:
+    (the gradients zeroed before it). Adam's step is torch's own (``torch.optim.adam.adam``, the function
+    ``Adam.step`` calls; ``capturable`` on CUDA), called on the parameters, their gradients and the optimizer's own
+    state tensors (``exp_avg``, ``exp_avg_sq``, ``step``, created in Adam's format, so checkpoints and an eager resume
+    see a plain ``torch.optim.Adam``) rather than through ``optimizer.step()`` (which dynamo would guard on the
+    optimizer object and its float learning rate), with the learning rate passed as a tensor:
     a schedule's new value is a new input, not a recompilation, and modules with the same shapes share the compiled
     code (no guard on an optimizer object). Dynamo splits the function at ``backward`` (AOTAutograd's compiled
     backward graph runs there). Each loss function gets its own copy of the function, so its recompilations (other
@@ -318,7 +321,8 @@ class WholeUpdate:
                 for param in params:
                     state = self.optimizer.state[param]
                     if not state:
-                        on_device = group.get("fused") or group.get("capturable")
+                        # On CUDA the step counts live on the device: Adam's capturable step, no host read.
+                        on_device = group.get("fused") or group.get("capturable") or param.device.type == "cuda"
                         state["step"] = torch.zeros((), dtype=torch.float32, device=param.device if on_device else None)
                         state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
                         state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
@@ -385,20 +389,28 @@ def _adam_step(
     weight_decay: float,
     decoupled: bool,
 ) -> None:
-    """``torch.optim.Adam`` / ``AdamW``'s step (its single-tensor formula) on the parameters with a gradient."""
-    for param, exp_avg, exp_avg_sq, step in zip(params, exp_avgs, exp_avg_sqs, steps, strict=True):
-        grad = param.grad
-        if grad is None:  # a parameter this loss does not reach (TD3's actor between its delayed steps)
-            continue
-        step.add_(1)
-        if weight_decay:
-            if decoupled:
-                param.mul_(1 - lr * weight_decay)
-            else:
-                grad = grad.add(param, alpha=weight_decay)
-        exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        bias_correction1 = 1 - beta1**step
-        bias_correction2 = 1 - beta2**step
-        denom = (exp_avg_sq.sqrt() / bias_correction2.sqrt()).add_(eps)
-        param.sub_(lr / bias_correction1 * exp_avg / denom)
+    """``torch.optim.Adam`` / ``AdamW``'s step, torch's own (``torch.optim.adam.adam``, the function their ``step``
+    calls), on the parameters with a gradient; ``capturable`` where the step counts live on the parameters' device
+    (CUDA: no host read of a step count, so the step can be graph-captured)."""
+    # A parameter this loss does not reach (TD3's actor between its delayed steps) has no gradient: not stepped.
+    with_grad = [i for i, param in enumerate(params) if param.grad is not None]
+    if not with_grad:
+        return
+    torch_adam(
+        [params[i] for i in with_grad],
+        [params[i].grad for i in with_grad],
+        [exp_avgs[i] for i in with_grad],
+        [exp_avg_sqs[i] for i in with_grad],
+        [],
+        [steps[i] for i in with_grad],
+        foreach=False,
+        capturable=steps[with_grad[0]].device.type != "cpu",
+        decoupled_weight_decay=decoupled,
+        amsgrad=False,
+        beta1=beta1,
+        beta2=beta2,
+        lr=lr,
+        weight_decay=weight_decay,
+        eps=eps,
+        maximize=False,
+    )
