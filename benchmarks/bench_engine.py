@@ -4,9 +4,11 @@ update (optimizer step), one interleaved run, for
 - ``lightning``: ``Trainer.fit(Module(...))`` as a user runs it (no logger, checkpoints or bar), eager;
 - ``lightning_k1``: the off-policy rows with ``updates_per_step=1`` (one update per Lightning training step;
   ``lightning`` runs the default, 10);
-- ``compile``: the same with the module's ``compile=True`` ("n/a" where the algorithm does not take it yet);
-- ``compile_whole``: the same with ``compile={"whole_update": True}``: loss, backward, clipping, Adam's step and
-  the per-update Polyak update as one compiled function (``rl_lightning.compiling.WholeUpdate``);
+- ``compile``: the same with the module's compiled loss only, ``compile={"whole_update": False}`` ("n/a" where the
+  algorithm does not take it);
+- ``compile_whole``: the same with ``compile=True`` (its default, ``{"whole_update": True}``): loss, backward,
+  clipping, Adam's step and the per-update Polyak update as one compiled function
+  (``rl_lightning.compiling.WholeUpdate``);
 - ``plain``: the same module's own functions in a plain Python loop (the Lightning-free floor):
   ``source.next_batch``, ``training_step``, backward, gradient clipping, ``optimizer_step`` (PPO's target_kl),
   and what the module's callbacks do (PPO's LR annealing, DQN's target copy and epsilon, SAC's Polyak
@@ -65,8 +67,8 @@ from rl_lightning.checkpoints import StepInNames
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 VARIANTS = ("lightning", "lightning_k1", "compile", "compile_whole", "plain", "sb3")
 VARIANT_LABELS = {
-    "compile": "lightning compile=True",
-    "compile_whole": "lightning whole_update",
+    "compile": "lightning compiled loss",
+    "compile_whole": "lightning compile=True (whole update)",
     "lightning_k1": "lightning updates_per_step=1",
 }
 
@@ -273,7 +275,7 @@ def run_lightning(row: Row, updates: int, device: torch.device, compile: bool | 
 
 
 def run_compile(row: Row, updates: int, device: torch.device) -> Measure | None:
-    return run_lightning(row, updates, device, compile=True)
+    return run_lightning(row, updates, device, compile={"whole_update": False})
 
 
 def run_compile_whole(row: Row, updates: int, device: torch.device) -> Measure | None:

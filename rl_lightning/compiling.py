@@ -5,17 +5,16 @@ module-level function of the batch's tensors, its networks and plain settings, w
 ``self``: ``training_step`` calls it through :meth:`RLModule.compiled <rl_lightning.algos.base.RLModule.compiled>`,
 which is the function itself unless the module was built with ``compile=True`` (or a dict of
 ``torch.compile`` arguments), and then ``torch.compile(function, dynamic=False, **options)``, built on the
-first call (AOTAutograd compiles the backward pass as well). The optimizer step, clipping and logging stay
-the loop's (``RLModule.training_step``).
+first call (AOTAutograd compiles the backward pass as well).
 
-``compile={"whole_update": True}`` compiles the whole update instead (LeanRL's pattern): the loss, its backward
-pass, gradient clipping, Adam's step and a per-update Polyak target update as one function of tensors
-(:class:`WholeUpdate`; dynamo splits it at the backward call, which runs AOTAutograd's compiled backward graph).
-It applies where the loop steps the optimizer itself (one device, float32, no hook on backward or the step:
-``algos._run.can_step_directly``) and the optimizer is Adam or AdamW; elsewhere the run compiles the loss only,
-with a warning saying why. On this project's 2-core CPU it is 1-5% faster per update than the compiled loss followed
-by Adam's fused CPU kernel, and no faster than eager for SAC (``benchmarks/results/engine.md``), so it is not the
-default; it is the shape CUDA graphs need, not yet measured on a GPU here.
+By default the whole update is compiled (LeanRL's pattern): the loss, its backward pass, gradient clipping, Adam's
+step (torch's own) and a per-update Polyak target update as one function of tensors (:class:`WholeUpdate`; dynamo
+splits it at the backward call, which runs AOTAutograd's compiled backward graph). It applies where the loop steps
+the optimizer itself (one device, float32, no hook on backward or the step: ``algos._run.can_step_directly``) and
+the optimizer is Adam or AdamW; elsewhere the run compiles the loss only and Lightning's loop steps the optimizer,
+with one warning naming what runs eagerly and why (``algos._whole_update``). ``compile={"whole_update": False}``
+compiles the loss only. On this project's 2-core CPU the whole update is 1-5% faster per update than the compiled
+loss followed by Adam's fused CPU kernel (``benchmarks/results/engine.md``); it is the shape CUDA graphs need.
 
 Compiling takes seconds (CartPole DQN's loss, forward and backward: about 15 s on one core of this project's
 CPU), spent in the first training step and reported as :attr:`CompiledFunctions.compile_seconds`; inductor
@@ -39,15 +38,15 @@ from rl_lightning._checks import _type_name
 
 #: The ``torch.compile`` arguments ``compile={...}`` may give.
 COMPILE_ARGUMENTS = ("backend", "mode", "fullgraph", "dynamic", "options")
-#: rl_lightning's own ``compile={...}`` settings: ``whole_update`` (bool, default False) compiles the whole update
-#: (:class:`WholeUpdate`) instead of its loss only.
+#: rl_lightning's own ``compile={...}`` settings: ``whole_update`` (bool, default True) compiles the whole update
+#: (:class:`WholeUpdate`); False: its loss only.
 UPDATE_ARGUMENTS = ("whole_update",)
 
 
 def check_compile(value: Any) -> dict[str, Any] | None:
     """The settings a ``compile`` hyper-parameter asks for: None for ``False``, ``{}`` for ``True``, the dict
     itself for a dict of :data:`COMPILE_ARGUMENTS` and :data:`UPDATE_ARGUMENTS` (``{"mode": "max-autotune"}``,
-    ``{"backend": "aot_eager"}``, ``{"whole_update": True}``)."""
+    ``{"backend": "aot_eager"}``, ``{"whole_update": False}``)."""
     allowed = (*COMPILE_ARGUMENTS, *UPDATE_ARGUMENTS)
     if isinstance(value, bool):
         return {} if value else None
@@ -182,8 +181,8 @@ class CompiledFunctions:
 
     @property
     def wants_whole_update(self) -> bool:
-        """Whether ``compile={"whole_update": True}`` asked for the whole update compiled."""
-        return bool((self.options or {}).get("whole_update", False))
+        """Whether the whole update is to be compiled: ``compile`` on, unless ``{"whole_update": False}``."""
+        return self.options is not None and bool(self.options.get("whole_update", True))
 
     def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
         if self.options is None:
@@ -294,7 +293,10 @@ class WholeUpdate:
 
     def __call__(self, loss_function: Callable[..., Any]) -> Callable[..., Any]:
         """The whole update around ``loss_function``, compiled."""
-        step = torch_compile(_whole_update_for(loss_function), **self.compile_arguments)
+        # Split at backward by design (each side one graph): a fullgraph=True asked for holds on the loss's side
+        # (``compile={"fullgraph": True, "whole_update": False}`` checks it), not across the backward call.
+        arguments = {key: value for key, value in self.compile_arguments.items() if key != "fullgraph"}
+        step = torch_compile(_whole_update_for(loss_function), **arguments)
         optimizer, constants = self.optimizer, self._constants
 
         def whole_update(*args: Any) -> Any:

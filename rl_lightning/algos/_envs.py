@@ -70,6 +70,16 @@ def build_source(module: Any) -> EnvSource:
     return source
 
 
+def env_step_stays_eager(module: Any) -> str | None:
+    """Why ``compile`` cannot reach the training envs' step (None: it can, or a CPU run of few copies leaves it
+    eager because that is faster there: ``cpu_compile_min_envs``)."""
+    if module._gymnasium_env:
+        return f"{module.hparams.env_id!r} is a gymnasium env, stepped by gymnasium's own code"
+    if module.hparams.env_id not in compilable_env_ids():
+        return f"{module.hparams.env_id!r} has no compiled step (the classic-control envs have)"
+    return None
+
+
 def _compiles_env_step(module: Any) -> bool:
     """Whether ``compile`` reaches the training envs: a native env with compiled dynamics (the
     classic-control envs), on a GPU, or on the CPU from the copies where that wins there

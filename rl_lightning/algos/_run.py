@@ -42,7 +42,7 @@ def start_fit(module: Any) -> None:
 
 def start_training(module: Any, clipping_hook_owner: type) -> None:
     """``on_train_start``: the charts' clock, the SIGTERM handler, the callbacks with per-update hooks, the
-    optimizer path (:func:`can_step_directly`) and ``compile={"whole_update": True}``'s compiled update."""
+    optimizer path (:func:`can_step_directly`) and ``compile``'s compiled update."""
     module._charts.start(module.env_steps)
     module._stop.install(module.trainer)
     callbacks = module.trainer.callbacks
@@ -51,7 +51,7 @@ def start_training(module: Any, clipping_hook_owner: type) -> None:
         update_hook_owners(callbacks, "on_update_end"),
     )
     module._direct_steps = can_step_directly(module, clipping_hook_owner)
-    if module.compiled.wants_whole_update:
+    if module.compiled.enabled:
         _whole_update.start_whole_updates(module)
 
 

@@ -69,7 +69,7 @@ class RLModule(PolicySharing, GreedyEvaluation, CheckpointPayload, L.LightningMo
             ``"ray"`` also ``num_workers``, ``envs_per_worker``, ``address``, ``num_cpus_per_worker``.
         compile: run the update functions through ``torch.compile`` (``rl_lightning.compiling``), and a
             native env's step too; a dict gives ``torch.compile``'s arguments (``{"mode": "max-autotune"}``), and
-            ``{"whole_update": True}`` compiles the whole update (backward, clipping, Adam, Polyak).
+            the whole update is compiled (backward, clipping, Adam, Polyak; ``{"whole_update": False}``: the loss only).
     """
 
     #: Action spaces the algorithm can learn: "discrete", "box".

@@ -85,7 +85,7 @@ class DQNModule(OffPolicyModule):
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
         compile: the update (:func:`dqn_loss`) and a native env's step through ``torch.compile``
             (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments, and
-            ``{"whole_update": True}`` compiles the whole update (backward, clipping, Adam, Polyak).
+            the whole update is compiled (backward, clipping, Adam, Polyak; ``{"whole_update": False}``: the loss only).
         frame_replay: store each frame of a frame-stack observation (Atari's ``(4, 84, 84)``) once
             (``FrameStackReplayBuffer``: 1M transitions in ~6.7 GiB, not ~53 GiB); None: wherever the
             observation is a frame stack; False: the plain ``ReplayBuffer``.

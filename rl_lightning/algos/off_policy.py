@@ -226,7 +226,7 @@ class OffPolicyModule(RLModule):
 
     def polyak_parameters(self) -> tuple[list[Tensor], list[Tensor]] | None:
         """The target and online parameters of ``target_network_pairs()``, in order, for a compiled whole update
-        that moves the targets itself (``compile={"whole_update": True}``); None where a target has buffers (they
+        that moves the targets itself (``compile=True``); None where a target has buffers (they
         are copied, not averaged: ``update_target_network``'s work)."""
         pairs = self.target_network_pairs()
         if any(next(target.buffers(), None) is not None for target, _ in pairs):

@@ -102,8 +102,8 @@ class PPOModule(OnPolicyModule):
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
         compile: the minibatch update (:func:`ppo_minibatch_loss`, forward and backward) and, on CUDA, the
             acting step through ``torch.compile`` (``rl_lightning.compiling``); a dict gives ``torch.compile``'s
-            arguments (``{"backend": "aot_eager"}``), and ``{"whole_update": True}`` compiles the whole update
-            (backward, clipping, Adam). The same losses and actions as without, to float tolerance.
+            arguments (``{"backend": "aot_eager"}``); the whole update is compiled (backward, clipping, Adam;
+            ``{"whole_update": False}``: the loss only). The same losses and actions as without, to float tolerance.
     """
 
     action_kinds = ("discrete", "box", "multi_discrete", "multi_binary")

@@ -76,7 +76,7 @@ class TD3Module(OffPolicyModule):
         env_kwargs: for gymnasium envs.
         compile: the update (:func:`td3_losses`) and a native env's step through ``torch.compile``
             (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments, and
-            ``{"whole_update": True}`` compiles the whole update (backward, clipping, Adam, Polyak).
+            the whole update is compiled (backward, clipping, Adam, Polyak; ``{"whole_update": False}``: the loss only).
         updates_per_step: updates per Lightning training step (``OffPolicyModule``): the same run whatever
             its value, Lightning's per-step cost paid once per that many updates.
         prioritized: prioritized experience replay (``OffPolicyModule``): transitions sampled by

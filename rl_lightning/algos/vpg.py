@@ -71,8 +71,8 @@ class VPGModule(OnPolicyModule):
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
         compile: the update (:func:`vpg_loss`, forward and backward) and, on CUDA, the acting step through
             ``torch.compile`` (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments
-            (``{"backend": "aot_eager"}``; ``{"whole_update": True}``: the whole update). Equal to eager to float
-            tolerance.
+            (``{"backend": "aot_eager"}``); the whole update is compiled (backward, clipping, Adam;
+            ``{"whole_update": False}``: the loss only). Equal to eager to float tolerance.
     """
 
     renamed_hyperparameters: ClassVar[dict[str, str]] = {

@@ -45,7 +45,7 @@ class TargetNetworkSync(UpdateCallback):
             network on the module (defaults ``"q_network"``, ``"target_network"``), moved instead of
             ``target_network_pairs()``'s; give the module ``target_network_pairs()`` instead.
 
-    A module that compiles its whole update (``compile={"whole_update": True}``, ``rl_lightning.compiling``) moves
+    A module that compiles its whole update (``compile=True``, ``rl_lightning.compiling``) moves
     the targets of a sync that acts after every update inside that function, with the sync's ``tau`` and its own
     ``target_network_pairs()``: the callback then keeps its schedule and counts its updates, and leaves the moving to
     the module's compiled update (``WholeUpdate.moves_targets_of``).

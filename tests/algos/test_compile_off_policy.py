@@ -100,7 +100,9 @@ def test_continuous_compiled_update_matches_eager(algorithm):
     def make(compile):
         return algorithm(seed=1, learning_starts=300, steps_per_epoch=20, hidden_sizes=(32, 32), compile=compile)
 
-    eager, compiled = _fit(make(False)), _fit(make({"backend": "aot_eager"}))
+    # The compiled losses, stepped by the eager optimizer: equal to eager to 1e-6 (the default whole update's own
+    # Adam rounds differently: tests/algos/test_compile_whole_update.py).
+    eager, compiled = _fit(make(False)), _fit(make({"backend": "aot_eager", "whole_update": False}))
     _assert_same_run(eager, compiled, rtol=1e-6, atol=1e-6)
     update = {SACModule: "sac_losses", TD3Module: "td3_losses"}[algorithm]
     assert set(compiled[1].compile_seconds) == {update}

@@ -158,10 +158,33 @@ def test_whole_update_falls_back_to_the_compiled_loss_where_lightning_steps_the_
             pass
 
     module = DQNModule(seed=0, learning_starts=64, steps_per_epoch=10, compile=WHOLE_AOT)
-    with pytest.warns(UserWarning, match="compiles the update's loss only: it needs one device in float32"):
+    with pytest.warns(
+        UserWarning,
+        match=r"compiles the update's loss; these parts run eagerly: the optimizer step, gradient clipping and "
+        r"target update, by Lightning's loop \(it needs one device in float32",
+    ):
         _fit(module, 10, callbacks=[Hook()])
     assert module.global_step == 10
     assert module.compile_seconds.keys() == {"dqn_loss"}
+
+
+def test_compile_true_is_the_whole_update_and_one_warning_names_what_runs_eagerly():
+    """``compile=True`` compiles the whole update by default (``{"whole_update": False}``: the loss only); a
+    gymnasium env's step cannot be compiled, and the run's one warning says so (the update is still compiled)."""
+    module = DQNModule(seed=0, learning_starts=64, steps_per_epoch=10, compile={"backend": "aot_eager"})
+    assert module.compiled.wants_whole_update
+    assert not DQNModule(compile={"whole_update": False}).compiled.wants_whole_update
+    assert not DQNModule().compiled.wants_whole_update
+    gym_module = DQNModule(
+        seed=0, learning_starts=64, steps_per_epoch=10, env_backend="gymnasium", compile={"backend": "aot_eager"}
+    )
+    with pytest.warns(
+        UserWarning, match=r"these parts run eagerly: the env step \('CartPole-v1' is a gymnasium env"
+    ) as said:
+        _fit(gym_module, 4)
+    eager_parts = [str(warning.message) for warning in said if "run eagerly" in str(warning.message)]
+    assert len(eager_parts) == 1 and "optimizer step" not in eager_parts[0]
+    assert gym_module.global_step == 4 and gym_module.compile_seconds.keys() == {"dqn_loss"}
 
 
 def test_whole_update_falls_back_for_an_overridden_update_loss():
