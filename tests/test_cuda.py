@@ -8,7 +8,7 @@ import torch
 
 from rl_lightning import DQNModule, PPOModule, VPGModule
 from rl_lightning.callbacks import evaluate_policy
-from rl_lightning.envs import make_envs, registered_env_ids
+from rl_lightning.envs import Acrobot, CartPole, MountainCar, MountainCarContinuous, make_envs, registered_env_ids
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -161,3 +161,24 @@ def test_the_whole_update_compiled_on_the_gpu_matches_eager(make):
     assert whole.global_step == eager.global_step == 16 and whole.env_steps == eager.env_steps
     for name, weight in eager.state_dict().items():
         torch.testing.assert_close(whole.state_dict()[name], weight, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("env_class", [CartPole, Acrobot, MountainCar, MountainCarContinuous], ids=lambda c: c.__name__)
+def test_the_fused_env_step_on_the_gpu_equals_eager(env_class):
+    """The training path's env on CUDA (``compile=True``: the whole step one compiled function, resets drawn for every
+    env on every step from the env's own generator): the eager env's flags exactly, its observations to float
+    rounding, and the same generator state after 150 steps with time limits (tests/envs/test_compile.py on the CPU)."""
+    eager = env_class(64, seed=3, device="cuda", max_episode_steps=50)
+    compiled = env_class(64, seed=3, device="cuda", max_episode_steps=50, compile=True)
+    assert torch.equal(eager.reset()[0], compiled.reset()[0])
+    generator = torch.Generator(device="cuda").manual_seed(4)
+    for _ in range(150):
+        actions = eager.random_actions(generator)
+        obs, reward, terminated, truncated, info = eager.step(actions)
+        c_obs, c_reward, c_terminated, c_truncated, c_info = compiled.step(actions)
+        torch.testing.assert_close(c_obs, obs, rtol=0, atol=1e-2)
+        torch.testing.assert_close(c_reward, reward, rtol=0, atol=1e-2)
+        torch.testing.assert_close(c_info["final_observation"], info["final_observation"], rtol=0, atol=1e-2)
+        assert torch.equal(c_terminated, terminated) and torch.equal(c_truncated, truncated)
+    assert compiled._compiled_step is not None
+    assert torch.equal(compiled.get_rng_state(), eager.get_rng_state())
