@@ -33,6 +33,10 @@ must see where the light is, not only how much there is.
 
 from __future__ import annotations
 
+import functools
+import time
+import types
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -41,13 +45,25 @@ import torch
 from gymnasium.vector.utils import batch_space
 from torch import Tensor
 
-from rl_lightning._checks import check_int
+from rl_lightning._checks import check_bool, check_int
+from rl_lightning.compiling import torch_compile
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.render import paint
 
 
 class _ProbeEnv(VectorEnv):
-    """Shared machinery: a one-dimensional obs, a step counter, auto-reset on termination."""
+    """Shared machinery: a one-dimensional obs, a step counter, auto-reset on termination.
+
+    Args:
+        num_envs, seed, device: as :class:`~rl_lightning.envs.base.VectorEnv`'s.
+        compile: the whole step (reward, episode clock, auto-reset, observations: :func:`probe_step`) as one
+            function through ``torch.compile(dynamic=False)``, built on the first step (the seconds it took:
+            :attr:`compile_seconds`); the fresh observations are drawn eagerly from the env's generator on every
+            step, as the eager env draws them, so the random streams are the eager env's and the results equal.
+
+    Subclasses give the reward (:meth:`reward`) and the observation after a non-final step (:meth:`next_obs`) as
+    pure functions of tensors (``staticmethod``), and the start observations (``_initial_obs``).
+    """
 
     num_actions_: int = 1
     obs_low: float = 0.0
@@ -55,8 +71,18 @@ class _ProbeEnv(VectorEnv):
     episode_length: int = 1
     render_fps = 4
     _state_attributes = ("_obs", "_t")
+    #: A module's ``compile=True`` compiles its probe envs' step on GPUs only: on a CPU a compiled call's fixed
+    #: ~25 us costs more than the few small ops it fuses (``ClassicControlEnv.cpu_compile_min_envs``).
+    cpu_compile_min_envs: int | None = None
 
-    def __init__(self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu"):
+    def __init__(
+        self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu", compile: bool = False
+    ):
+        #: Whether the step runs through ``torch.compile``.
+        self.compile = check_bool("compile", compile)
+        self._compiled_step: Callable[..., Any] | None = None
+        #: Seconds the first compiled step took (compilation included); None before it or without compile.
+        self.compile_seconds: float | None = None
         self.single_observation_space = gym.spaces.Box(
             np.array([self.obs_low], dtype=np.float32), np.array([self.obs_high], dtype=np.float32)
         )
@@ -71,12 +97,21 @@ class _ProbeEnv(VectorEnv):
     def _initial_obs(self, count: int) -> Tensor:
         return torch.zeros(count, 1, dtype=torch.float32, device=self.device)
 
-    def _reward(self, actions: Tensor) -> Tensor:
+    @staticmethod
+    def reward(obs: Tensor, t: Tensor, actions: Tensor) -> Tensor:
+        """Float32 rewards ``(n,)`` for ``actions`` taken on ``obs`` ``(n, 1)`` at episode step ``t`` ``(n,)``."""
         raise NotImplementedError
 
-    def _next_obs(self) -> Tensor:
-        """Obs after a non-final step (only Probe3 has one)."""
-        return self._obs
+    @staticmethod
+    def next_obs(obs: Tensor, t: Tensor) -> Tensor:
+        """Obs after a step that ``t`` (the steps taken, this one included) says is not final (only Probe3's
+        changes)."""
+        return obs
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_compiled_step"] = None  # a compiled function cannot be pickled: a copy compiles again
+        return state
 
     def _reset_all(self) -> Tensor:
         self._obs = self._initial_obs(self.num_envs)
@@ -84,15 +119,19 @@ class _ProbeEnv(VectorEnv):
         return self._obs.clone()
 
     def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
-        reward = self._reward(actions)
-        self._t += 1
-        terminated = self._t >= self.episode_length
-        truncated = torch.zeros_like(terminated)
-        final_obs = self._next_obs()
-        fresh = self._initial_obs(self.num_envs)
-        self._obs = torch.where(terminated.unsqueeze(1), fresh, final_obs)
-        self._t = torch.where(terminated, 0, self._t)
-        return self._obs.clone(), reward, terminated, truncated, {"final_observation": final_obs}
+        fresh = self._initial_obs(self.num_envs)  # drawn on every step, whoever's episode ends
+        arguments = (type(self).reward, type(self).next_obs, self._obs, self._t, actions, fresh, self.episode_length)
+        if not self.compile:
+            outputs = probe_step(*arguments)
+        elif self._compiled_step is None:
+            self._compiled_step = torch_compile(_probe_step_of(type(self)), fullgraph=True)
+            start = time.perf_counter()
+            outputs = self._compiled_step(*arguments)
+            self.compile_seconds = time.perf_counter() - start
+        else:
+            outputs = self._compiled_step(*arguments)
+        self._obs, self._t, obs, reward, terminated, final_obs = outputs
+        return obs, reward, terminated, torch.zeros_like(terminated), {"final_observation": final_obs}
 
     def draw(self, obs: Tensor) -> Tensor:
         return draw_probe(obs)
@@ -101,8 +140,9 @@ class _ProbeEnv(VectorEnv):
 class Probe1(_ProbeEnv):
     """One action, obs [0], one step, reward +1: V = 1."""
 
-    def _reward(self, actions: Tensor) -> Tensor:
-        return torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
+    @staticmethod
+    def reward(obs: Tensor, t: Tensor, actions: Tensor) -> Tensor:
+        return torch.ones_like(obs[:, 0])
 
 
 class Probe2(_ProbeEnv):
@@ -114,8 +154,9 @@ class Probe2(_ProbeEnv):
         coin = torch.rand(count, 1, generator=self.generator, device=self.device) < 0.5
         return torch.where(coin, 1.0, -1.0).float()
 
-    def _reward(self, actions: Tensor) -> Tensor:
-        return self._obs[:, 0].clone()
+    @staticmethod
+    def reward(obs: Tensor, t: Tensor, actions: Tensor) -> Tensor:
+        return obs[:, 0].clone()
 
 
 class Probe3(_ProbeEnv):
@@ -124,11 +165,13 @@ class Probe3(_ProbeEnv):
     obs_high = 1.0
     episode_length = 2
 
-    def _reward(self, actions: Tensor) -> Tensor:
-        return (self._t == 1).float()
+    @staticmethod
+    def reward(obs: Tensor, t: Tensor, actions: Tensor) -> Tensor:
+        return (t == 1).float()
 
-    def _next_obs(self) -> Tensor:
-        return self._t.float().unsqueeze(1).clamp(max=1.0)
+    @staticmethod
+    def next_obs(obs: Tensor, t: Tensor) -> Tensor:
+        return t.float().unsqueeze(1).clamp(max=1.0)
 
 
 class Probe4(_ProbeEnv):
@@ -136,7 +179,8 @@ class Probe4(_ProbeEnv):
 
     num_actions_ = 2
 
-    def _reward(self, actions: Tensor) -> Tensor:
+    @staticmethod
+    def reward(obs: Tensor, t: Tensor, actions: Tensor) -> Tensor:
         return actions.float() * 2 - 1
 
 
@@ -149,8 +193,9 @@ class Probe5(_ProbeEnv):
     def _initial_obs(self, count: int) -> Tensor:
         return (torch.rand(count, 1, generator=self.generator, device=self.device) < 0.5).float()
 
-    def _reward(self, actions: Tensor) -> Tensor:
-        return torch.where(actions == self._obs[:, 0].long(), 1.0, -1.0).float()
+    @staticmethod
+    def reward(obs: Tensor, t: Tensor, actions: Tensor) -> Tensor:
+        return torch.where(actions == obs[:, 0].long(), 1.0, -1.0).float()
 
 
 class _ContinuousProbe(_ProbeEnv):
@@ -161,18 +206,21 @@ class _ContinuousProbe(_ProbeEnv):
     def _action_space(self) -> gym.Space:
         return gym.spaces.Box(-1.0, 1.0, (self.action_dim,), dtype=np.float32)
 
-    def target(self, obs: Tensor) -> Tensor:
+    @staticmethod
+    def target(obs: Tensor) -> Tensor:
         """The optimal action ``(..., action_dim)`` for observations ``(..., 1)``."""
         raise NotImplementedError
 
-    def _reward(self, actions: Tensor) -> Tensor:
-        return -(actions - self.target(self._obs)).square().sum(dim=1)
+    @classmethod
+    def reward(cls, obs: Tensor, t: Tensor, actions: Tensor) -> Tensor:  # type: ignore[override]
+        return -(actions - cls.target(obs)).square().sum(dim=1)
 
 
 class ContinuousProbe1(_ContinuousProbe):
     """Obs [0], one step, reward -(a - 0.5)^2: the optimal action is 0.5 (return 0)."""
 
-    def target(self, obs: Tensor) -> Tensor:
+    @staticmethod
+    def target(obs: Tensor) -> Tensor:
         return torch.full_like(obs, 0.5)
 
 
@@ -186,7 +234,8 @@ class ContinuousProbe2(_ContinuousProbe):
         coin = torch.rand(count, 1, generator=self.generator, device=self.device) < 0.5
         return torch.where(coin, 1.0, -1.0).float()
 
-    def target(self, obs: Tensor) -> Tensor:
+    @staticmethod
+    def target(obs: Tensor) -> Tensor:
         return torch.cat([obs * 0.5, obs * -0.5], dim=-1)  # no constant tensor: a host-to-device copy
 
 
@@ -196,8 +245,10 @@ IMAGE_SIZE = 36
 class ImageProbe5(Probe5):
     """Probe5 seen as a uint8 ``(36, 36, 3)`` image: left half lit for obs 0, right half for 1."""
 
-    def __init__(self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu"):
-        super().__init__(num_envs, seed, device)
+    def __init__(
+        self, num_envs: int, seed: int | None = None, device: torch.device | str = "cpu", compile: bool = False
+    ):
+        super().__init__(num_envs, seed, device, compile)
         self.single_observation_space = gym.spaces.Box(0, 255, (IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.obs_shape, self.obs_dtype = (IMAGE_SIZE, IMAGE_SIZE, 3), torch.uint8
@@ -226,6 +277,38 @@ class ImageProbe5(Probe5):
 
     def draw(self, obs: Tensor) -> Tensor:
         return obs.detach().to("cpu", torch.uint8).clone()
+
+
+def probe_step(
+    reward: Callable[..., Tensor],
+    next_obs: Callable[..., Tensor],
+    obs: Tensor,
+    t: Tensor,
+    actions: Tensor,
+    fresh: Tensor,
+    episode_length: int,
+) -> tuple[Tensor, ...]:
+    """One step of every probe env as a pure function (what ``compile=True`` compiles): the reward, the episode
+    clock, termination after ``episode_length`` steps and the auto-reset to ``fresh`` ``(n, 1)`` start obs.
+
+    Returns:
+        ``(next_obs, next_t, obs, reward, terminated, final_obs)``: the env's new obs and clock, the obs handed out
+        (a copy), the reward, the flags and the obs each env reached before any reset.
+    """
+    rewards = reward(obs, t, actions)
+    t = t + 1
+    terminated = t >= episode_length
+    final_obs = next_obs(obs, t)
+    new_obs = torch.where(terminated.unsqueeze(1), fresh, final_obs)
+    return new_obs, torch.where(terminated, 0, t), new_obs.clone(), rewards, terminated, final_obs.clone()
+
+
+@functools.cache
+def _probe_step_of(env_class: type) -> Callable[..., Any]:
+    """:func:`probe_step` with a code object of its own per probe class (dynamo's compiled code and recompilation
+    limit are per code object)."""
+    name = f"probe_step_{env_class.__name__}"
+    return types.FunctionType(probe_step.__code__.replace(co_name=name), probe_step.__globals__, name)
 
 
 class MemoryProbe(VectorEnv):

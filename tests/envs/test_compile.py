@@ -7,7 +7,22 @@ import pickle
 import pytest
 import torch
 
-from rl_lightning.envs import Acrobot, CartPole, MountainCar, MountainCarContinuous, Pendulum, make_envs
+from rl_lightning.envs import (
+    Acrobot,
+    CartPole,
+    ContinuousProbe1,
+    ContinuousProbe2,
+    ImageProbe5,
+    MountainCar,
+    MountainCarContinuous,
+    Pendulum,
+    Probe1,
+    Probe2,
+    Probe3,
+    Probe4,
+    Probe5,
+    make_envs,
+)
 
 # Per env: float32 tolerance on observations and rewards over NUM_STEPS random steps. Acrobot and
 # Pendulum are chaotic: a rounding difference grows over an episode (here at most 100 steps; measured
@@ -144,6 +159,29 @@ def test_the_fused_step_keeps_the_state_dict_copies_and_fresh_observations():
     assert terminated[0] and reward[0] == 0.0
 
 
+PROBES = [Probe1, Probe2, Probe3, Probe4, Probe5, ContinuousProbe1, ContinuousProbe2, ImageProbe5]
+
+
+@pytest.mark.parametrize("probe_class", PROBES, ids=lambda cls: cls.__name__)
+def test_a_compiled_probe_equals_the_eager_probe(probe_class):
+    """The probes' whole step compiled (reward, episode clock, auto-reset, observations): the eager probe's results
+    exactly (a few exact ops), from the same draws, over episodes of every length; copies compile again."""
+    eager = probe_class(6, seed=5)
+    compiled = make_envs(f"{probe_class.__name__}-v0", 6, seed=5, compile=True)
+    assert isinstance(compiled, probe_class) and compiled.compile
+    assert torch.equal(eager.reset()[0], compiled.reset()[0])
+    generator = torch.Generator().manual_seed(6)
+    for _ in range(7):
+        actions = _random_actions(eager, generator)
+        for got, expected in zip(compiled.step(actions), eager.step(actions), strict=True):
+            if isinstance(expected, dict):
+                got, expected = got["final_observation"], expected["final_observation"]
+            assert got.dtype == expected.dtype and torch.equal(got, expected)
+    assert compiled.compile_seconds > 0 and compiled._compiled_step is not None
+    assert torch.equal(compiled.get_rng_state(), eager.get_rng_state())
+    assert copy.deepcopy(compiled)._compiled_step is None and pickle.loads(pickle.dumps(compiled)).compile
+
+
 def test_make_envs_passes_compile_to_native_envs():
     envs = make_envs("CartPole-v1", 4, seed=0, compile=True)
     assert isinstance(envs, CartPole) and envs.compile
@@ -158,8 +196,8 @@ def test_compile_for_an_env_without_compiled_dynamics_is_a_value_error():
         make_envs("CartPole-v1", 2, backend="gymnasium", compile=True)
     with pytest.raises(ValueError, match=r"compile=True applies to native torch envs.*'FrozenLake-v1'"):
         make_envs("FrozenLake-v1", 2, compile=True)
-    with pytest.raises(ValueError, match=r"compile=True applies to native torch envs.*'Probe1-v0' has none"):
-        make_envs("Probe1-v0", 2, compile=True)
+    with pytest.raises(ValueError, match=r"compile=True applies to native torch envs.*'MemoryProbe-v0' has none"):
+        make_envs("MemoryProbe-v0", 2, compile=True)
     with pytest.raises(TypeError, match="compile must be a bool"):
         make_envs("CartPole-v1", 2, compile="yes")
     with pytest.raises(TypeError, match="compile must be a bool"):
