@@ -277,6 +277,9 @@ class WholeUpdate:
         #: The compiled functions, per loss function (``CompiledFunctions.update``).
         self.functions: dict[Callable[..., Any], Callable[..., Any]] = {}
         self._state: list[tuple[list[torch.Tensor], ...]] | None = None
+        # Per param group: the learning rate as a 0-dim tensor on the parameters' device (the same tensor every
+        # update, refilled when a schedule changes the group's float: an input at a fixed address, no recompiling).
+        self._lr_tensors: list[tuple[float, torch.Tensor]] = []
 
     @staticmethod
     def unsupported(optimizer: torch.optim.Optimizer) -> str | None:
@@ -301,10 +304,24 @@ class WholeUpdate:
 
         def whole_update(*args: Any) -> Any:
             optimizer.zero_grad(set_to_none=True)
-            lrs = [torch.tensor(float(group["lr"])) for group in optimizer.param_groups]
-            return step(loss_function, args, self._tensors(), lrs, constants, self.clipping, self.polyak)
+            return step(loss_function, args, self._tensors(), self._lrs(), constants, self.clipping, self.polyak)
 
         return whole_update
+
+    def _lrs(self) -> list[torch.Tensor]:
+        """Each param group's learning rate as a tensor on its parameters' device, updated in place."""
+        groups = self.optimizer.param_groups
+        if not self._lr_tensors:
+            devices = [group["params"][0].device if group["params"] else torch.device("cpu") for group in groups]
+            self._lr_tensors = [(float("nan"), torch.zeros((), device=device)) for device in devices]
+        lrs = []
+        for index, (group, (value, tensor)) in enumerate(zip(groups, self._lr_tensors, strict=True)):
+            lr = float(group["lr"])
+            if lr != value:
+                tensor.fill_(lr)
+                self._lr_tensors[index] = (lr, tensor)
+            lrs.append(tensor)
+        return lrs
 
     @property
     def _constants(self) -> tuple[tuple[float, float, float, float, bool], ...]:
