@@ -69,10 +69,10 @@ class VPGModule(OnPolicyModule):
             (Atari and EnvPool's MuJoCo tasks in C++: ``EnvPoolVectorEnv``, ``AleVectorEnv``) or ``"ray"``
             (gymnasium's envs in Ray actors: ``RayVectorEnv``; ``env_kwargs={"num_workers": 2}``).
         env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
-        compile: the update (:func:`vpg_loss`, forward and backward) and, on CUDA, the acting step through
-            ``torch.compile`` (``rl_lightning.compiling``); a dict gives ``torch.compile``'s arguments
-            (``{"backend": "aot_eager"}``); the whole update is compiled (backward, clipping, Adam;
-            ``{"whole_update": False}``: the loss only). Equal to eager to float tolerance.
+        compile: the whole update (:func:`vpg_loss`, backward, clipping, Adam) and, on CUDA, the acting step
+            through ``torch.compile`` (``rl_lightning.compiling``); a dict gives its arguments
+            (``{"backend": "aot_eager"}``; ``{"whole_update": False}``: the loss only). Equal to eager to float
+            tolerance.
     """
 
     renamed_hyperparameters: ClassVar[dict[str, str]] = {

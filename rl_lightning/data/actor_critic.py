@@ -9,7 +9,8 @@ optimizer step, before it collects the next rollout.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -146,6 +147,16 @@ class ActorCriticSource(RolloutSource):
             return self.compiled(actor_critic_step)(self.model, self.obs_normalizer, obs, self._draw_noise())
         return self.policy.sample(self._normalize(obs), self.generator)
 
+    def _act_and_step(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor | None, tuple[Any, ...]]:
+        envs = self.envs
+        arguments = envs.fused_step_arguments()  # the env's reset draw, from its own generator
+        step = self.compiled(actor_critic_env_step)
+        noise = self._draw_noise()
+        actions, logprobs, values, outputs = step(
+            self.model, self.obs_normalizer, obs, noise, envs.fused_step_function, arguments
+        )
+        return actions, logprobs, values, envs.finish_fused_step(outputs)
+
     @property
     def _policy_head(self) -> nn.Module | None:
         return self.model.actor.head if isinstance(self.model, ActorCritic) else None
@@ -205,6 +216,20 @@ def actor_critic_step(
     return actions, logprobs, values
 
 
+def actor_critic_env_step(
+    model: ActorCritic,
+    obs_normalizer: ObservationNormalizer | None,
+    obs: Tensor,
+    noise: Tensor,
+    env_step: Callable[..., Any],
+    env_arguments: tuple[Any, ...],
+) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
+    """:func:`actor_critic_step` and a fusing env's step (``env_step(*env_arguments, actions)``) as one pure
+    function: actions, log-probabilities, values and the env step's outputs."""
+    actions, logprobs, values = actor_critic_step(model, obs_normalizer, obs, noise)
+    return actions, logprobs, values, env_step(*env_arguments, actions)
+
+
 class RecurrentPPOBatch(NamedTuple):
     """A minibatch of whole env sequences, each field ``(batch_envs, num_steps, ...)``, with the
     recurrent state each sequence started from and where its episodes start."""
@@ -225,6 +250,8 @@ class RecurrentActorCriticSource(ActorCriticSource):
     and a minibatch is a group of envs with their whole sequences, replayed in training from their
     initial state with the same masking, so the first update's log-probabilities equal the recorded
     ones. The module checks that ``num_minibatches`` divides ``num_envs``."""
+
+    fuses_acting_with_env: ClassVar[bool] = False  # its acting step carries the recurrent state: eager
 
     def __init__(self, envs: VectorEnv, model: Any, num_steps: int, num_minibatches: int = 4, **kwargs: Any):
         super().__init__(envs, model, num_steps, num_minibatches=num_minibatches, **kwargs)

@@ -329,6 +329,9 @@ class RolloutSource(EnvSource):
     #: CartPole rollout (32 envs x 32 steps) took 8.9-10.2 ms compiled vs 7.3-8.4 ms eager; on CUDA the step
     #: is launch-bound, and fusing its elementwise kernels cuts launches.
     compiled_acting_devices: ClassVar[tuple[str, ...]] = ("cuda",)
+    #: Whether a compiled acting step is fused with the env's step where the env's step is one compiled function
+    #: (``envs.fuses_step``): policy forward, sampling and the env step as one compiled function per step.
+    fuses_acting_with_env: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -452,13 +455,18 @@ class RolloutSource(EnvSource):
         episode_start = self._episode_start
         self.rollout.reset()
         act, step, add_step = self._act, self.envs.step, self.rollout.add_step
+        fused = self._fused_collection
         keep_final = self.keeps_final_observations
         was_training = self.policy.training
         self.policy.eval()
         try:
             for t in range(self.num_steps):
-                actions, logprobs, values = act(obs, episode_start)
-                next_obs, rewards, terminated, truncated, info = step(actions)
+                if fused:
+                    actions, logprobs, values, stepped = self._act_and_step(obs)
+                    next_obs, rewards, terminated, truncated, info = stepped
+                else:
+                    actions, logprobs, values = act(obs, episode_start)
+                    next_obs, rewards, terminated, truncated, info = step(actions)
                 final_obs = info["final_observation"] if keep_final else None
                 add_step(obs, actions, logprobs, rewards, terminated, truncated, values, final_obs)
                 if GAME_REWARD_KEY in info:
@@ -480,6 +488,21 @@ class RolloutSource(EnvSource):
         else:
             actions, logprobs = self.policy.sample(obs, self.generator)
         return actions, logprobs, None
+
+    def _act_and_step(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor | None, tuple[Any, ...]]:
+        """The acting step and the env's step as one compiled function (:func:`policy_env_step`): actions, their
+        log-probabilities, the values (None without a critic) and the env step's results."""
+        envs = self.envs
+        arguments = envs.fused_step_arguments()  # the env's reset draw, from its own generator
+        step = self.compiled(policy_env_step)
+        actions, logprobs, outputs = step(self.policy, obs, self._draw_noise(), envs.fused_step_function, arguments)
+        return actions, logprobs, None, envs.finish_fused_step(outputs)
+
+    @cached_property
+    def _fused_collection(self) -> bool:
+        """Whether each collection step is one compiled function (:meth:`_act_and_step`): the acting step is
+        compiled and the env's step is one pure function (a native env with ``compile``, resetting every step)."""
+        return self.fuses_acting_with_env and self._compiled_acting and bool(getattr(self.envs, "fuses_step", False))
 
     @property
     def _policy_head(self) -> nn.Module | None:
@@ -519,6 +542,15 @@ def policy_step(policy: nn.Module, obs: Tensor, noise: Tensor) -> tuple[Tensor, 
     """One acting step of a ``PolicyNetwork`` as a pure function (compiled with ``compile``): actions and
     their log-probabilities for ``obs`` ``(num_envs, *obs_shape)`` from the drawn ``noise``."""
     return policy.head.sample(policy(obs), noise=noise)
+
+
+def policy_env_step(
+    policy: nn.Module, obs: Tensor, noise: Tensor, env_step: Callable[..., Any], env_arguments: tuple[Any, ...]
+) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
+    """:func:`policy_step` and a fusing env's step (``env_step(*env_arguments, actions)``) as one pure function:
+    the actions, their log-probabilities and the env step's outputs (``finish_fused_step`` takes them)."""
+    actions, logprobs = policy_step(policy, obs, noise)
+    return actions, logprobs, env_step(*env_arguments, actions)
 
 
 def _state_before_the_rollout_record(state: dict[str, Any], episode_start: Tensor) -> dict[str, Any]:

@@ -130,30 +130,65 @@ class ClassicControlEnv(VectorEnv):
             *outputs, terminated = self._compiled_dynamics(*args)
         return *outputs, terminated.bool()  # see compiled_flags
 
-    def _step_fused(self, *inputs: Any) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
-        """The whole step as one compiled function (:func:`fused_step`), given the dynamics' inputs after the
-        state: the same results as ``_dynamics`` then ``_end_step`` with resets on every step."""
-        reset_states = self._random_states()  # the eager auto-reset's draw: the same stream
+    @staticmethod
+    def fused_inputs(actions: Tensor, *extras: Any) -> tuple[Any, ...]:
+        """The dynamics' inputs after the state, for ``actions`` as given to :meth:`step` and :meth:`_fused_extras`
+        (a pure function: it is traced into the fused step). Here: integer actions and the constants."""
+        return (actions if actions.dtype in (torch.int32, torch.int64) else actions.long(), *extras)
+
+    def _fused_extras(self) -> tuple[Any, ...]:
+        """What :meth:`fused_inputs` takes after the actions."""
+        return (self._constants,)
+
+    def fused_step_arguments(self) -> tuple[Any, ...]:
+        """The arguments of this env's fused step before the actions, ``env_step(*arguments, actions)``
+        (:attr:`fused_step_function`), for a caller that runs the step inside its own compiled function (a rollout
+        fusing its acting step with it); hand the step's outputs to :meth:`finish_fused_step`. Draws the reset states
+        from the env's generator (eagerly: the eager auto-reset's draw, the same stream)."""
+        reset_states = self._random_states()
         if self._device_clock is None or self._device_clock_at != self._clock:
             self._device_clock = torch.tensor(self._clock, dtype=torch.int64, device=self.device)
-        arguments = (self.dynamics, self.observe, self._state, self._episode_start, self._device_clock)
-        arguments += (self.max_episode_steps, reset_states, *inputs)
-        if self._compiled_step is None:
-            options = {"fullgraph": True, "options": _COMPILE_OPTIONS}
-            self._compiled_step = torch_compile(_fused_step_of(type(self)), **options)
-            start = time.perf_counter()
-            outputs = self._compiled_step(*arguments)
-            self.compile_seconds = time.perf_counter() - start
-        else:
-            outputs = self._compiled_step(*arguments)
+        return (
+            self.dynamics,
+            self.observe,
+            self.fused_inputs,
+            self._fused_extras(),
+            self._state,
+            self._episode_start,
+            self._device_clock,
+            self.max_episode_steps,
+            reset_states,
+        )
+
+    @property
+    def fused_step_function(self) -> Callable[..., Any]:
+        """This env class's step as a pure function (:func:`env_step_function`, a code object per class)."""
+        return _fused_step_of(type(self))
+
+    def finish_fused_step(self, outputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
+        """The env takes the state the fused step reached; returns :meth:`step`'s results."""
         self._state, self._episode_start, self._device_clock, obs, final_obs, reward, terminated, truncated = outputs
         self._clock += 1
         self._device_clock_at = self._clock
         return obs, reward, terminated.bool(), truncated.bool(), {"final_observation": final_obs}
 
+    def _step_fused(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
+        """The whole step as one compiled function (:func:`fused_step`): the same results as ``_dynamics`` then
+        ``_end_step`` with resets on every step."""
+        arguments = (*self.fused_step_arguments(), actions)
+        if self._compiled_step is None:
+            options = {"fullgraph": True, "options": _COMPILE_OPTIONS}
+            self._compiled_step = torch_compile(self.fused_step_function, **options)
+            start = time.perf_counter()
+            outputs = self._compiled_step(*arguments)
+            self.compile_seconds = time.perf_counter() - start
+        else:
+            outputs = self._compiled_step(*arguments)
+        return self.finish_fused_step(outputs)
+
     @property
-    def _fuses_step(self) -> bool:
-        """Whether a step is :meth:`_step_fused` (``compile`` on, and resets drawn on every step)."""
+    def fuses_step(self) -> bool:
+        """Whether a step is one compiled function (``compile`` on, and resets drawn on every step)."""
         return self.compile and self.resets_every_step
 
     def __getstate__(self) -> dict[str, Any]:
@@ -288,12 +323,32 @@ def fused_step(
     return next_state, next_start, clock, obs, final_obs, reward, compiled_flags(terminated), compiled_flags(truncated)
 
 
+def env_step_function(
+    dynamics: Callable[..., Any],
+    observe: Callable[[Tensor], Tensor],
+    inputs: Callable[..., tuple[Any, ...]],
+    extras: tuple[Any, ...],
+    state: Tensor,
+    episode_start: Tensor,
+    clock: Tensor,
+    max_episode_steps: int,
+    reset_states: Tensor,
+    actions: Tensor,
+) -> tuple[Tensor, ...]:
+    """A fusing env's whole step for ``actions`` as a pure function (:meth:`ClassicControlEnv.fused_step_arguments`
+    gives the arguments before them): :func:`fused_step` of ``inputs(actions, *extras)``."""
+    return fused_step(
+        dynamics, observe, state, episode_start, clock, max_episode_steps, reset_states, *inputs(actions, *extras)
+    )
+
+
 @functools.cache
 def _fused_step_of(env_class: type) -> Callable[..., Any]:
-    """:func:`fused_step` with a code object of its own per env class: dynamo keeps compiled code, and its
+    """:func:`env_step_function` with a code object of its own per env class: dynamo keeps compiled code, and its
     recompilation limit, per code object (each env of a class and shape reuses its class's code)."""
     name = f"fused_step_{env_class.__name__}"
-    return types.FunctionType(fused_step.__code__.replace(co_name=name), fused_step.__globals__, name)
+    code = env_step_function.__code__.replace(co_name=name)
+    return types.FunctionType(code, env_step_function.__globals__, name)
 
 
 def state_observation(state: Tensor) -> Tensor:

@@ -195,8 +195,8 @@ class Acrobot(ClassicControlEnv):
     def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         if actions.dtype not in (torch.int32, torch.int64):
             actions = actions.long()
-        if self._fuses_step:
-            return self._step_fused(actions, self._constants)
+        if self.fuses_step:
+            return self._step_fused(actions)
         final, final_obs, reward, terminated = self._dynamics(self._state, actions, self._constants)
         truncated, obs = self._end_step(final, terminated)
         return obs, reward, terminated, truncated, {"final_observation": final_obs}

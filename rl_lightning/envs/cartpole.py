@@ -151,8 +151,8 @@ class CartPole(ClassicControlEnv):
     def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         if actions.dtype not in (torch.int32, torch.int64):
             actions = actions.long()
-        if self._fuses_step:
-            return self._step_fused(actions, self._constants)
+        if self.fuses_step:
+            return self._step_fused(actions)
         final, reward, terminated = self._dynamics(self._state, actions, self._constants)
         truncated, obs = self._end_step(final, terminated)
         # Where no env was reset the state is `final` itself, and obs already a private copy of it;

@@ -223,8 +223,8 @@ class MountainCar(_MountainCarBase):
     def _step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         if actions.dtype not in (torch.int32, torch.int64):
             actions = actions.long()
-        if self._fuses_step:
-            return self._step_fused(actions, self._constants)
+        if self.fuses_step:
+            return self._step_fused(actions)
         return self._finish_step(*self._dynamics(self._state, actions, self._constants))
 
 
@@ -252,9 +252,22 @@ class MountainCarContinuous(_MountainCarBase):
 
     def step(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         self._check_actions(actions)
+        if self.fuses_step:
+            return self._step_fused(actions)
         actions = actions.float()
         # gymnasium clips the force but its reward penalises the action as given.
         return self._step(actions.clamp(-1.0, 1.0), unclipped_actions=actions)
+
+    @staticmethod
+    def fused_inputs(actions: Tensor, *extras: Any) -> tuple[Any, ...]:
+        """The force clipped to [-1, 1], the action as given (the reward's), and the extras."""
+        actions = actions.float()
+        return (actions.clamp(-1.0, 1.0), actions, *extras)
+
+    def _fused_extras(self) -> tuple[Any, ...]:
+        # float64 computes an episode's first step in float64 (see _continuous_step_in_gymnasium_precision).
+        first_step = None if self.dtype == torch.float32 else self._episode_start == self._clock
+        return (first_step, self._constants)
 
     def _step(
         self, actions: Tensor, unclipped_actions: Tensor | None = None
@@ -263,8 +276,6 @@ class MountainCarContinuous(_MountainCarBase):
             unclipped_actions = actions
         # float64 computes an episode's first step in float64 (see _continuous_step_in_gymnasium_precision).
         first_step = None if self.dtype == torch.float32 else self._episode_start == self._clock
-        if self._fuses_step:
-            return self._step_fused(actions, unclipped_actions, first_step, self._constants)
         dynamics = self._dynamics(self._state, actions, unclipped_actions, first_step, self._constants)
         return self._finish_step(*dynamics)
 

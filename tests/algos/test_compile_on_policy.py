@@ -99,6 +99,32 @@ def test_compiled_ppo_with_normalisation_gives_the_eager_losses_and_actions_on_p
     )
 
 
+@pytest.mark.parametrize(
+    ("module_class", "fused", "kwargs"),
+    [
+        (PPOModule, "actor_critic_env_step", dict(update_epochs=2, num_minibatches=2, normalize_obs=True, seed=4)),
+        (VPGModule, "policy_env_step", dict(seed=2)),
+    ],
+    ids=["ppo", "vpg"],
+)
+def test_the_acting_step_and_a_fusing_envs_step_compile_as_one_function(
+    compiled_acting_on_cpu, module_class, fused, kwargs
+):
+    """Where the acting step is compiled and the env's step is one pure function (Acrobot: compiled on the CPU too),
+    each collection step is ONE compiled function (policy forward, sampling, the env's step): the eager run's
+    actions and losses, from the same random streams (the source's noise, the env's reset draws)."""
+    settings = dict(env_id="Acrobot-v1", num_envs=8, num_steps_per_rollout=16, **kwargs)
+    _assert_compiled_equals_eager(module_class, 4, AOT_EAGER, [fused, _loss_name(module_class)], **settings)
+    module = module_class(compile=AOT_EAGER, **settings)
+    source = module.make_source(module.make_envs(8, 0, compile=True))
+    assert source._fused_collection and source.envs.fuses_step
+    assert not module.make_source(module.make_envs(8, 0))._fused_collection  # an eager env: acting alone compiled
+
+
+def _loss_name(module_class):
+    return {PPOModule: "ppo_minibatch_loss", VPGModule: "vpg_loss"}[module_class]
+
+
 @pytest.mark.parametrize("core", ["lstm", "gru"])
 def test_compiled_recurrent_ppo_gives_the_eager_losses(core):
     # Dynamo does not trace the LSTM / GRU core (a graph break around it) and acting stays eager: the results
