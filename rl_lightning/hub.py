@@ -67,8 +67,8 @@ from rl_lightning.hub_files import (
 )
 from rl_lightning.trust import as_mapping, check_file_hyperparameters, local_file_settings, untrusted
 
-if TYPE_CHECKING:
-    from rl_lightning.algos.base import RLModule
+if TYPE_CHECKING:  # the protocol, not rl_lightning.algos.base: the modules' sharing methods import this module
+    from rl_lightning.protocols import RLModuleProtocol as RLModule
 
 __all__ = [
     "CARD_NAME",

@@ -14,8 +14,8 @@ import numpy as np
 from rl_lightning._checks import check_int, check_seed
 from rl_lightning.hub_files import EXPORT_NAMES, LIBRARY_NAME, VIDEO_NAME, require
 
-if TYPE_CHECKING:
-    from rl_lightning.algos.base import RLModule
+if TYPE_CHECKING:  # the protocol, not rl_lightning.algos.base: the modules' sharing methods import this module
+    from rl_lightning.protocols import RLModuleProtocol as RLModule
 
 
 class PretrainedEvaluation(NamedTuple):
