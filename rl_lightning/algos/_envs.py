@@ -76,7 +76,7 @@ def env_step_stays_eager(module: Any) -> str | None:
     if module._gymnasium_env:
         return f"{module.hparams.env_id!r} is a gymnasium env, stepped by gymnasium's own code"
     if module.hparams.env_id not in compilable_env_ids():
-        return f"{module.hparams.env_id!r} has no compiled step (the classic-control envs have)"
+        return f"{module.hparams.env_id!r} has no compiled step (the classic-control envs and the probes have)"
     return None
 
 
