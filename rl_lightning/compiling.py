@@ -178,6 +178,7 @@ class CompiledFunctions:
         if options is not None:
             use_capability_cache_dir()  # before anything of the run compiles (a native env's step)
         self._functions: dict[Callable[..., Any], Callable[..., Any]] = {}
+        self._own_copies: dict[str, Callable[..., Any]] = {}
         #: The whole update's compiled functions while a run holds them (``algos._whole_update.start_whole_updates``).
         self.whole_update: WholeUpdate | None = None
         #: Seconds spent in each function's first call: compiling its forward graph, and one run of it
@@ -202,6 +203,16 @@ class CompiledFunctions:
                 function, None, torch_compile(function, **self.compile_arguments)
             )
         return compiled
+
+    def own_copy(self, function: Callable[..., Any], name: str) -> Callable[..., Any]:
+        """``function`` as :meth:`__call__` compiles it, as a code object of this module's own named ``name``: dynamo
+        keeps compiled code, and its recompilation limit, per code object, so that the runs of one process (a
+        sweep, the tests) each have their own (inductor's cache still shares the generated code)."""
+        own = self._own_copies.get(name)
+        if own is None:
+            code = function.__code__.replace(co_name=name)
+            own = self._own_copies[name] = types.FunctionType(code, function.__globals__, name)
+        return self(own)
 
     def update(self, loss_function: Callable[..., Any]) -> Callable[..., Any]:
         """An update's loss function (returning ``(loss, *others)``) as the loop should call it: compiled as
@@ -237,6 +248,7 @@ class CompiledFunctions:
             "options": self.options,
             "compile_arguments": self.compile_arguments,
             "_functions": {},
+            "_own_copies": {},
             "compile_seconds": {},
             "whole_update": None,
         }

@@ -82,12 +82,16 @@ def env_step_stays_eager(module: Any) -> str | None:
 
 def _compiles_env_step(module: Any) -> bool:
     """Whether ``compile`` reaches the training envs: a native env with compiled dynamics (the
-    classic-control envs), on a GPU, or on the CPU from the copies where that wins there
-    (``cpu_compile_min_envs``: Acrobot always, CartPole from 4,096, the others from 65,536);
-    elsewhere the envs step eagerly and only the updates are compiled."""
+    classic-control envs), on a GPU, or on the CPU where that wins there: where an on-policy module's collection
+    steps fuse the env's (``fuses_env_into_collection``), or from ``cpu_compile_min_envs`` copies (Acrobot always,
+    CartPole from 4,096, the others from 65,536); elsewhere the envs step eagerly and only the updates are compiled."""
     if not module.compiled.enabled or module._gymnasium_env or module.hparams.env_id not in compilable_env_ids():
         return False
     if module.device.type != "cpu":
+        return True
+    fuses_at = getattr(module._env_class, "fuses_step_at", None)  # a native env whose step can be one function
+    fused = getattr(module, "fuses_env_into_collection", False) and fuses_at is not None
+    if fused and fuses_at(module.hparams.num_envs, module.device):
         return True
     min_envs = module._env_class.cpu_compile_min_envs
     return min_envs is not None and module.hparams.num_envs >= min_envs

@@ -22,10 +22,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
-from torch import Tensor
+from torch import Tensor, nn
 
 from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.lr_decay import LinearLRDecay
+from rl_lightning.data.rollout import replays_sampling
 
 
 class OnPolicyModule(RLModule):
@@ -57,6 +58,17 @@ class OnPolicyModule(RLModule):
                 self.skip_updates(self.source.skip_rest_of_rollout())
                 break
         return loss
+
+    @property
+    def fuses_env_into_collection(self) -> bool:
+        """Whether ``compile`` runs the rollout's steps fused with a fusing env's (``RolloutSource._play_fused``):
+        then a CPU run compiles its native envs at any number of copies (``algos._envs``)."""
+        return self.compiled.enabled and replays_sampling(self._acting_head)
+
+    @property
+    def _acting_head(self) -> nn.Module | None:
+        """The policy head the rollout samples from where a compiled step can replay its sampling (else None)."""
+        return None
 
     def ends_rollout_early(self) -> bool:
         """After an update: whether the rest of the rollout's updates are skipped (PPO's ``target_kl``; never

@@ -207,6 +207,10 @@ class PPOModule(OnPolicyModule):
         self.reward_scaler = RewardScaler(gamma) if normalize_rewards else None
         self._approx_kl: Tensor | None = None  # the newest minibatch's approximate KL
 
+    @property
+    def _acting_head(self) -> nn.Module | None:
+        return self.model.actor.head if isinstance(self.model, ActorCritic) else None  # recurrent: acts eagerly
+
     # -- the algorithm ----------------------------------------------------------------------
 
     def update_loss(self, batch: PPOBatch | RecurrentPPOBatch) -> Tensor:

@@ -150,6 +150,10 @@ class VPGModule(OnPolicyModule):
         with seeded(seed):  # the same initial weights on every rank
             self.policy_network = PolicyNetwork(self.observation_space, self.action_space, hidden_sizes, network)
 
+    @property
+    def _acting_head(self) -> nn.Module:
+        return self.policy_network.head
+
     @classmethod
     def upgraded_hyperparameters(cls, saved: dict[str, Any]) -> dict[str, Any]:
         upgraded = super().upgraded_hyperparameters(saved)

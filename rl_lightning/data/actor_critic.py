@@ -74,9 +74,10 @@ class ActorCriticSource(RolloutSource):
         obs_normalizer: normalise observations with running statistics (updated per rollout).
         reward_scaler: scale rewards by the running std of the discounted return.
         reduce: sums a tensor over all processes (for the running statistics under DDP).
-        compiled: ``RLModule.compiled``: with ``compile`` on, on CUDA (``compiled_acting_devices``), each step's
-            normalisation, forward pass and sampling run as one compiled function (:func:`actor_critic_step`);
-            None: eager.
+        compiled: ``RLModule.compiled``: with ``compile`` on, the collection steps run compiled where they can (see
+            :class:`~rl_lightning.data.rollout.RolloutSource`: with a fusing env's steps, several steps of acting
+            (:func:`actor_critic_step`: normalisation, forward pass, sampling), env and storing per call; else, on
+            CUDA, each acting step); None: eager.
     """
 
     keeps_final_observations = True
@@ -147,15 +148,8 @@ class ActorCriticSource(RolloutSource):
             return self.compiled(actor_critic_step)(self.model, self.obs_normalizer, obs, self._draw_noise())
         return self.policy.sample(self._normalize(obs), self.generator)
 
-    def _act_and_step(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor | None, tuple[Any, ...]]:
-        envs = self.envs
-        arguments = envs.fused_step_arguments()  # the env's reset draw, from its own generator
-        step = self.compiled(actor_critic_env_step)
-        noise = self._draw_noise()
-        actions, logprobs, values, outputs = step(
-            self.model, self.obs_normalizer, obs, noise, envs.fused_step_function, arguments
-        )
-        return actions, logprobs, values, envs.finish_fused_step(outputs)
+    def _fused_acting(self) -> tuple[Callable[..., tuple[Tensor, Tensor, Tensor]], tuple[Any, ...]]:
+        return actor_critic_step, (self.model, self.obs_normalizer)
 
     @property
     def _policy_head(self) -> nn.Module | None:
@@ -214,20 +208,6 @@ def actor_critic_step(
     params, values = model(obs if obs_normalizer is None else obs_normalizer(obs))
     actions, logprobs = model.actor.head.sample(params, noise=noise)
     return actions, logprobs, values
-
-
-def actor_critic_env_step(
-    model: ActorCritic,
-    obs_normalizer: ObservationNormalizer | None,
-    obs: Tensor,
-    noise: Tensor,
-    env_step: Callable[..., Any],
-    env_arguments: tuple[Any, ...],
-) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, ...]]:
-    """:func:`actor_critic_step` and a fusing env's step (``env_step(*env_arguments, actions)``) as one pure
-    function: actions, log-probabilities, values and the env step's outputs."""
-    actions, logprobs, values = actor_critic_step(model, obs_normalizer, obs, noise)
-    return actions, logprobs, values, env_step(*env_arguments, actions)
 
 
 class RecurrentPPOBatch(NamedTuple):

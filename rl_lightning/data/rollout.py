@@ -18,6 +18,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor, nn
 
 from rl_lightning.compiling import CompiledFunctions
+from rl_lightning.data._fused_collection import fused_collection_steps
 from rl_lightning.data.episodes import game_steps
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs.atari import GAME_REWARD_KEY
@@ -316,22 +317,31 @@ class RolloutSource(EnvSource):
         seed: seed of the action-sampling generator.
         world_size: processes each running their own source (``env_steps`` counts them all).
         env_steps: env steps already taken (a resumed run).
-        compiled: ``RLModule.compiled``: with ``compile`` on, on CUDA (``compiled_acting_devices``), each step's
-            policy forward pass and sampling run as one compiled function (:func:`policy_step`) on random
-            numbers drawn beforehand from the source's generator (the same stream as eager sampling; a
-            categorical or Gaussian head only, others act eagerly); None: eager.
+        compiled: ``RLModule.compiled``: with ``compile`` on, the acting steps (:func:`policy_step`: forward pass
+            and sampling on random numbers drawn beforehand from the source's generator, the same stream as eager
+            sampling; a categorical or Gaussian head only, others act eagerly) run compiled: with the env's steps
+            where those are one compiled function (``envs.fuses_step``), :attr:`fused_steps_per_call` steps of
+            acting, env and storing per call (:meth:`_play_fused`, on any device); else on CUDA alone
+            (``compiled_acting_devices``). None: eager.
     """
 
     #: Whether the rollout keeps every step's ``info["final_observation"]`` (a critic bootstraps from it).
     keeps_final_observations = False
-    #: Device types on which ``compile`` also compiles the acting step. Not the CPU: there a compiled call's
-    #: fixed cost (guards, the wrapper, the extern matmuls) is what fusing a small policy's ~20 ops saves, and a
-    #: CartPole rollout (32 envs x 32 steps) took 8.9-10.2 ms compiled vs 7.3-8.4 ms eager; on CUDA the step
-    #: is launch-bound, and fusing its elementwise kernels cuts launches.
+    #: Device types on which ``compile`` compiles the acting step alone, where the env's step is not one compiled
+    #: function. Not the CPU: there a compiled call's fixed cost (guards, the wrapper, the extern matmuls, ~100 us)
+    #: is what fusing a small policy's ~20 ops saves, and a CartPole rollout (32 envs x 32 steps) took 8.9-10.2 ms
+    #: compiled vs 7.3-8.4 ms eager; on CUDA the step is launch-bound, and fusing its elementwise kernels cuts
+    #: launches.
     compiled_acting_devices: ClassVar[tuple[str, ...]] = ("cuda",)
-    #: Whether a compiled acting step is fused with the env's step where the env's step is one compiled function
-    #: (``envs.fuses_step``): policy forward, sampling and the env step as one compiled function per step.
+    #: Whether ``compile`` fuses the acting steps with the env's where the env's step is one compiled function
+    #: (``envs.fuses_step``, on any device): :attr:`fused_steps_per_call` collection steps (policy forward,
+    #: sampling, env step, storing) as one compiled function (``data._fused_collection.fused_collection_steps``).
     fuses_acting_with_env: ClassVar[bool] = True
+    #: The most collection steps one fused call covers (the largest divisor of ``num_steps`` up to it): one call's
+    #: fixed cost is shared by them, and compilation grows with them. Measured on the 2-core CPU, PPO's CartPole
+    #: rollout (32 envs x 32 steps): 5.1 ms a rollout at 1 step a call (6.5 s to compile), 3.4 ms at 4 (12.6 s),
+    #: 2.7 ms at 32 (79 s); eager 8-10 ms.
+    fused_steps_per_call: ClassVar[int] = 4
 
     def __init__(
         self,
@@ -455,18 +465,16 @@ class RolloutSource(EnvSource):
         episode_start = self._episode_start
         self.rollout.reset()
         act, step, add_step = self._act, self.envs.step, self.rollout.add_step
-        fused = self._fused_collection
         keep_final = self.keeps_final_observations
+        fused = self._fused_collection
         was_training = self.policy.training
         self.policy.eval()
         try:
-            for t in range(self.num_steps):
-                if fused:
-                    actions, logprobs, values, stepped = self._act_and_step(obs)
-                    next_obs, rewards, terminated, truncated, info = stepped
-                else:
-                    actions, logprobs, values = act(obs, episode_start)
-                    next_obs, rewards, terminated, truncated, info = step(actions)
+            if fused:
+                obs, episode_start = self._play_fused(obs)
+            for t in range(self.num_steps if not fused else 0):  # the eager loop
+                actions, logprobs, values = act(obs, episode_start)
+                next_obs, rewards, terminated, truncated, info = step(actions)
                 final_obs = info["final_observation"] if keep_final else None
                 add_step(obs, actions, logprobs, rewards, terminated, truncated, values, final_obs)
                 if GAME_REWARD_KEY in info:
@@ -484,47 +492,76 @@ class RolloutSource(EnvSource):
         """One step of the policy on ``obs``: actions, their log-probabilities and the values (None without
         a critic). ``episode_start`` ``(num_envs,)`` says which obs start an episode."""
         if self._compiled_acting:
-            actions, logprobs = self.compiled(policy_step)(self.policy, obs, self._draw_noise())
-        else:
-            actions, logprobs = self.policy.sample(obs, self.generator)
-        return actions, logprobs, None
+            return self.compiled(policy_step)(self.policy, obs, self._draw_noise())
+        return *self.policy.sample(obs, self.generator), None
 
-    def _act_and_step(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor | None, tuple[Any, ...]]:
-        """The acting step and the env's step as one compiled function (:func:`policy_env_step`): actions, their
-        log-probabilities, the values (None without a critic) and the env step's results."""
-        envs = self.envs
-        arguments = envs.fused_step_arguments()  # the env's reset draw, from its own generator
-        step = self.compiled(policy_env_step)
-        actions, logprobs, outputs = step(self.policy, obs, self._draw_noise(), envs.fused_step_function, arguments)
-        return actions, logprobs, None, envs.finish_fused_step(outputs)
+    def _play_fused(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """The collection loop where the env's step is one compiled function: :attr:`fused_steps_per_call` steps
+        (acting, the env's step, storing) per call of one compiled function
+        (``data._fused_collection.fused_collection_steps``). Returns the next obs and which of them start an
+        episode."""
+        envs, add_step, keep_final = self.envs, self.rollout.add_step, self.keeps_final_observations
+        count = max(d for d in range(1, self.fused_steps_per_call + 1) if self.num_steps % d == 0)
+        act, act_arguments = self._fused_acting()
+        for first in range(0, self.num_steps, count):
+            env_step, env_arguments, carry, reset_draws = envs.fused_steps_arguments(count)
+            noises = self._draw_noise(count)
+            name = f"fused_collection_{act.__name__}_{env_step.__name__}"
+            collect = self.compiled.own_copy(fused_collection_steps, name)
+            carry, obs, steps = collect(act, act_arguments, env_step, env_arguments, carry, obs, noises, reset_draws)
+            envs.finish_fused_steps(carry, count)
+            obs_, actions, logprobs, rewards, terminated, truncated, values, final_obs = steps
+            terminated, truncated = terminated.bool(), truncated.bool()
+            for t in range(count):
+                value, final = None if values is None else values[t], final_obs[t] if keep_final else None
+                add_step(obs_[t], actions[t], logprobs[t], rewards[t], terminated[t], truncated[t], value, final)
+            if any(self.stop_requested_in_rollout(t) for t in range(first, first + count)):
+                raise SIGTERMException()
+        return obs, terminated[-1] | truncated[-1]
+
+    def _fused_acting(self) -> tuple[Callable[..., tuple[Tensor, Tensor, Tensor | None]], tuple[Any, ...]]:
+        """The acting step the fused collection calls, ``act(*arguments, obs, noise)``, and its arguments."""
+        return policy_step, (self.policy,)
 
     @cached_property
     def _fused_collection(self) -> bool:
-        """Whether each collection step is one compiled function (:meth:`_act_and_step`): the acting step is
-        compiled and the env's step is one pure function (a native env with ``compile``, resetting every step)."""
-        return self.fuses_acting_with_env and self._compiled_acting and bool(getattr(self.envs, "fuses_step", False))
+        """Whether the collection steps run fused (:meth:`_play_fused`): ``compile`` is on, the head's random numbers
+        can be drawn ahead and the env's step is one compiled function (a native env with ``compile``)."""
+        return (
+            self.fuses_acting_with_env
+            and self._compiles_acting
+            and replays_sampling(self._policy_head)
+            and bool(getattr(self.envs, "fuses_step", False))
+        )
 
     @property
     def _policy_head(self) -> nn.Module | None:
         """The head whose sampling a compiled step replays (None: acting stays eager)."""
         return self.policy.head if isinstance(self.policy, PolicyNetwork) else None
 
+    @property
+    def _compiles_acting(self) -> bool:
+        return self.compiled is not None and self.compiled.enabled
+
     @cached_property
     def _compiled_acting(self) -> bool:
-        """Whether acting runs compiled: ``compile`` is on, on a device of ``compiled_acting_devices``, and the
-        head's random numbers can be drawn ahead."""
+        """Whether acting alone runs compiled (the env's step apart): ``compile`` is on, on a device of
+        ``compiled_acting_devices``, and the head's random numbers can be drawn ahead."""
         return (
-            self.compiled is not None
-            and self.compiled.enabled
+            self._compiles_acting
             and self.device.type in self.compiled_acting_devices
-            and _noise_draw(self._policy_head) is not None
+            and replays_sampling(self._policy_head)
         )
 
-    def _draw_noise(self) -> Tensor:
-        """The random numbers the policy head's ``sample`` would draw for one step of every env, from the
-        source's generator (drawn outside the compiled function: a ``torch.Generator`` cannot be traced)."""
+    def _draw_noise(self, count: int | None = None) -> Tensor | list[Tensor]:
+        """The random numbers the policy head's ``sample`` would draw for one step of every env (``count``: for
+        each of that many steps, a list), from the source's generator (drawn outside the compiled function: a
+        ``torch.Generator`` cannot be traced)."""
         draw, shape = _noise_draw(self._policy_head)
-        return draw((self.envs.num_envs, *shape), generator=self.generator, device=self.device)
+        size, generator, device = (self.envs.num_envs, *shape), self.generator, self.device
+        if count is None:
+            return draw(size, generator=generator, device=device)
+        return [draw(size, generator=generator, device=device) for _ in range(count)]
 
 
 def _noise_draw(head: nn.Module | None) -> tuple[Callable[..., Tensor], tuple[int, ...]] | None:
@@ -538,19 +575,15 @@ def _noise_draw(head: nn.Module | None) -> tuple[Callable[..., Tensor], tuple[in
     return None
 
 
-def policy_step(policy: nn.Module, obs: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
+def replays_sampling(head: nn.Module | None) -> bool:
+    """Whether a compiled acting step can sample as ``head.sample`` does, from numbers drawn beforehand."""
+    return _noise_draw(head) is not None
+
+
+def policy_step(policy: nn.Module, obs: Tensor, noise: Tensor) -> tuple[Tensor, Tensor, None]:
     """One acting step of a ``PolicyNetwork`` as a pure function (compiled with ``compile``): actions and
-    their log-probabilities for ``obs`` ``(num_envs, *obs_shape)`` from the drawn ``noise``."""
-    return policy.head.sample(policy(obs), noise=noise)
-
-
-def policy_env_step(
-    policy: nn.Module, obs: Tensor, noise: Tensor, env_step: Callable[..., Any], env_arguments: tuple[Any, ...]
-) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
-    """:func:`policy_step` and a fusing env's step (``env_step(*env_arguments, actions)``) as one pure function:
-    the actions, their log-probabilities and the env step's outputs (``finish_fused_step`` takes them)."""
-    actions, logprobs = policy_step(policy, obs, noise)
-    return actions, logprobs, env_step(*env_arguments, actions)
+    their log-probabilities for ``obs`` ``(num_envs, *obs_shape)`` from the drawn ``noise`` (and no values)."""
+    return *policy.head.sample(policy(obs), noise=noise), None
 
 
 def _state_before_the_rollout_record(state: dict[str, Any], episode_start: Tensor) -> dict[str, Any]:

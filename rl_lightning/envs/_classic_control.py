@@ -7,7 +7,7 @@ import functools
 import time
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import torch
@@ -20,6 +20,12 @@ from rl_lightning.envs.base import VectorEnv
 # The inputs' sizes and strides are guarded already (dynamic=False); inductor's own asserts of them
 # cost ~10 us a call, a sixth of a compiled CartPole step at 4,096 envs (measured).
 _COMPILE_OPTIONS = {"size_asserts": False, "alignment_asserts": False}
+
+
+def resets_from_own_draw(draw: Tensor, done: Tensor, used: Tensor) -> tuple[Tensor, Tensor]:
+    """:attr:`ClassicControlEnv.resets` of an env that draws a start state for every env on every step: the draw."""
+    del done
+    return draw, used
 
 
 class ClassicControlEnv(VectorEnv):
@@ -36,14 +42,14 @@ class ClassicControlEnv(VectorEnv):
             Observations are float32 either way.
         max_episode_steps: the time limit (None: gymnasium's, ``default_max_episode_steps``).
         compile: step through ``torch.compile(dynamic=False)``, built on the first step (the seconds
-            it took: :attr:`compile_seconds`). Where the env draws fresh reset states for every env
-            on every step (every env but the CPU's CartPole, whose reset draws only for the envs that
-            finished, after reading which did), the whole step is one compiled function
-            (:func:`fused_step`: the dynamics, the time limit, the auto-reset, the observations and
-            the final observations); elsewhere the dynamics alone. The reset states are drawn eagerly
-            from the env's generator, as the eager env draws them (dynamo cannot trace a
-            ``torch.Generator``), so the random streams are the eager env's and the numbers agree with
-            it to float rounding.
+            it took: :attr:`compile_seconds`). Where the env's resets can be drawn before the step
+            (:attr:`fuses_step`: every env but Pendulum, whose envs are all truncated on the same
+            host-decided step, and a CPU CartPole of more than ``fused_reset_max_envs`` envs), the
+            whole step is one compiled function (:func:`fused_step`: the dynamics, the time limit, the
+            auto-reset, the observations and the final observations); elsewhere the dynamics alone.
+            The reset states are drawn eagerly from the env's generator, as the eager env draws them
+            (dynamo cannot trace a ``torch.Generator``), so the random streams are the eager env's and
+            the numbers agree with it to float rounding.
 
     ``env.state`` is the physical state ``(num_envs, state_size)``; it may be read and assigned
     (``env.state = s`` or ``env.state[i] = s_i``).
@@ -68,6 +74,11 @@ class ClassicControlEnv(VectorEnv):
     #: Whether every step draws fresh reset states for every env (kept where an episode ended): then
     #: ``compile=True`` fuses the whole step (:func:`fused_step`).
     resets_every_step: bool = True
+    #: Which start state each env gets where its episode ends, as a pure function (a ``staticmethod``, traced into
+    #: the fused step): ``resets(draw, done, used) -> (states, used)``, ``states`` ``(state_size, n)`` (kept only
+    #: where ``done``) from ``draw``, one of :meth:`_fused_reset_draws`; ``used``: how many of a draw shared by
+    #: several steps the steps before took (int64 0-dim). Here each step's own draw, a state for every env.
+    resets: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]] = staticmethod(resets_from_own_draw)
     #: The fewest copies from which the compiled dynamics step faster than the eager ones on a CPU (measured
     #: with ``benchmarks/bench_envs.py``: a compiled call's fixed ~25 us must buy more than it costs); None:
     #: never on a CPU. A module's ``compile=True`` compiles its training envs' step only from there (on
@@ -131,65 +142,70 @@ class ClassicControlEnv(VectorEnv):
         return *outputs, terminated.bool()  # see compiled_flags
 
     @staticmethod
-    def fused_inputs(actions: Tensor, *extras: Any) -> tuple[Any, ...]:
-        """The dynamics' inputs after the state, for ``actions`` as given to :meth:`step` and :meth:`_fused_extras`
-        (a pure function: it is traced into the fused step). Here: integer actions and the constants."""
+    def fused_inputs(actions: Tensor, first_step: Tensor, *extras: Any) -> tuple[Any, ...]:
+        """The dynamics' inputs after the state, for ``actions`` as given to :meth:`step`, the envs on an episode's
+        first step (bool ``(n,)``, computed only where used) and :meth:`_fused_extras` (a pure function: it is
+        traced into the fused step). Here: integer actions and the constants."""
         return (actions if actions.dtype in (torch.int32, torch.int64) else actions.long(), *extras)
 
     def _fused_extras(self) -> tuple[Any, ...]:
-        """What :meth:`fused_inputs` takes after the actions."""
+        """What :meth:`fused_inputs` takes after the actions and the first-step flags."""
         return (self._constants,)
 
-    def fused_step_arguments(self) -> tuple[Any, ...]:
-        """The arguments of this env's fused step before the actions, ``env_step(*arguments, actions)``
-        (:attr:`fused_step_function`), for a caller that runs the step inside its own compiled function (a rollout
-        fusing its acting step with it); hand the step's outputs to :meth:`finish_fused_step`. Draws the reset states
-        from the env's generator (eagerly: the eager auto-reset's draw, the same stream)."""
-        reset_states = self._random_states()
+    def fused_steps_arguments(self, count: int) -> tuple[Callable[..., Any], tuple[Any, ...], FusedCarry, list[Tensor]]:
+        """What a caller needs to run this env's next ``count`` steps inside its own compiled function (a rollout
+        fusing its acting steps with them): ``(step, arguments, carry, reset_draws)``; step ``i`` is
+        ``carry, (obs, final_obs, reward, terminated, truncated) = step(*arguments, carry, reset_draws[i], actions)``
+        (:func:`fused_step`, a code object per env class). Hand the last carry to :meth:`finish_fused_steps`.
+        The reset states are drawn here from the env's generator, eagerly: the eager auto-reset's draws, the same
+        stream."""
         if self._device_clock is None or self._device_clock_at != self._clock:
             self._device_clock = torch.tensor(self._clock, dtype=torch.int64, device=self.device)
-        return (
-            self.dynamics,
-            self.observe,
-            self.fused_inputs,
-            self._fused_extras(),
-            self._state,
-            self._episode_start,
-            self._device_clock,
-            self.max_episode_steps,
-            reset_states,
-        )
+        arguments = (self.dynamics, self.observe, self.resets, self.fused_inputs, self._fused_extras())
+        carry = FusedCarry(self._state, self._episode_start, self._device_clock, self._no_draws_used)
+        return _fused_step_of(type(self)), (*arguments, self.max_episode_steps), carry, self._fused_reset_draws(count)
+
+    def finish_fused_steps(self, carry: FusedCarry, count: int) -> None:
+        """The env takes the state its fused steps reached (``count`` of them, the last ``carry``)."""
+        self._state, self._episode_start, self._device_clock, _ = carry
+        self._clock += count
+        self._device_clock_at = self._clock
+
+    def _fused_reset_draws(self, count: int) -> list[Tensor]:
+        """The random numbers the next ``count`` fused steps' resets come from (:attr:`resets` picks them): here
+        fresh states for every env on each step, drawn one step after another as the eager env draws them."""
+        return [self._random_states() for _ in range(count)]
 
     @property
-    def fused_step_function(self) -> Callable[..., Any]:
-        """This env class's step as a pure function (:func:`env_step_function`, a code object per class)."""
-        return _fused_step_of(type(self))
-
-    def finish_fused_step(self, outputs: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
-        """The env takes the state the fused step reached; returns :meth:`step`'s results."""
-        self._state, self._episode_start, self._device_clock, obs, final_obs, reward, terminated, truncated = outputs
-        self._clock += 1
-        self._device_clock_at = self._clock
-        return obs, reward, terminated.bool(), truncated.bool(), {"final_observation": final_obs}
+    def _no_draws_used(self) -> Tensor:
+        if getattr(self, "_zero_count", None) is None or self._zero_count.device != self.device:
+            self._zero_count = torch.zeros((), dtype=torch.int64, device=self.device)
+        return self._zero_count
 
     def _step_fused(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         """The whole step as one compiled function (:func:`fused_step`): the same results as ``_dynamics`` then
-        ``_end_step`` with resets on every step."""
-        arguments = (*self.fused_step_arguments(), actions)
+        ``_end_step``."""
+        step, arguments, carry, (reset_draw,) = self.fused_steps_arguments(1)
         if self._compiled_step is None:
-            options = {"fullgraph": True, "options": _COMPILE_OPTIONS}
-            self._compiled_step = torch_compile(self.fused_step_function, **options)
+            self._compiled_step = torch_compile(step, fullgraph=True, options=_COMPILE_OPTIONS)
             start = time.perf_counter()
-            outputs = self._compiled_step(*arguments)
+            carry, outputs = self._compiled_step(*arguments, carry, reset_draw, actions)
             self.compile_seconds = time.perf_counter() - start
         else:
-            outputs = self._compiled_step(*arguments)
-        return self.finish_fused_step(outputs)
+            carry, outputs = self._compiled_step(*arguments, carry, reset_draw, actions)
+        self.finish_fused_steps(carry, 1)
+        obs, final_obs, reward, terminated, truncated = outputs
+        return obs, reward, terminated.bool(), truncated.bool(), {"final_observation": final_obs}
+
+    @classmethod
+    def fuses_step_at(cls, num_envs: int, device: torch.device) -> bool:
+        """Whether ``cls(num_envs, device=device, compile=True)`` steps as one compiled function (``fuses_step``)."""
+        return cls.resets_every_step
 
     @property
     def fuses_step(self) -> bool:
-        """Whether a step is one compiled function (``compile`` on, and resets drawn on every step)."""
-        return self.compile and self.resets_every_step
+        """Whether a step is one compiled function (``compile`` on, and resets drawn before the step)."""
+        return self.compile and type(self).fuses_step_at(self.num_envs, self.device)
 
     def __getstate__(self) -> dict[str, Any]:
         # A compiled function cannot be pickled or deep-copied: the copy compiles again on its first step.
@@ -284,71 +300,64 @@ def compiled_flags(flags: Tensor) -> Tensor:
     return flags
 
 
+class FusedCarry(NamedTuple):
+    """What one fused step hands the next (:func:`fused_step`): the env's state between steps."""
+
+    state: Tensor  # (state_size, n)
+    episode_start: Tensor  # int64 (n,): the clock at each episode's start
+    clock: Tensor  # int64 0-dim: the steps taken
+    draws_used: Tensor  # int64 0-dim: the numbers of a shared reset draw taken (ClassicControlEnv.resets)
+
+
 def fused_step(
     dynamics: Callable[..., Any],
     observe: Callable[[Tensor], Tensor],
-    state: Tensor,
-    episode_start: Tensor,
-    clock: Tensor,
+    resets: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]],
+    inputs: Callable[..., tuple[Any, ...]],
+    extras: tuple[Any, ...],
     max_episode_steps: int,
-    reset_states: Tensor,
-    *inputs: Any,
-) -> tuple[Tensor, ...]:
+    carry: FusedCarry,
+    reset_draw: Tensor,
+    actions: Tensor,
+) -> tuple[FusedCarry, tuple[Tensor, ...]]:
     """One step of every env as a pure function (the fused step ``compile=True`` compiles): the dynamics,
-    gymnasium's ``TimeLimit``, the auto-reset to ``reset_states`` where an episode ended, and the observations.
+    gymnasium's ``TimeLimit``, the auto-reset where an episode ended, and the observations.
 
     Args:
-        dynamics: the env's :attr:`ClassicControlEnv.dynamics`, called as ``dynamics(state, *inputs)``.
-        observe: the env's :attr:`ClassicControlEnv.observe`.
-        state: ``(state_size, n)``; ``episode_start`` int64 ``(n,)``: the clock at each episode's start;
-            ``clock``: int64 0-dim, the steps taken before this one.
-        reset_states: ``(state_size, n)`` fresh start states (kept only where an episode ends).
+        dynamics: the env's :attr:`ClassicControlEnv.dynamics`, called as ``dynamics(state, *inputs(...))``.
+        observe, resets, inputs: the env's :attr:`ClassicControlEnv.observe`, :attr:`ClassicControlEnv.resets`
+            and :meth:`ClassicControlEnv.fused_inputs`; ``extras``: its :meth:`ClassicControlEnv._fused_extras`.
+        carry: the state the step starts from.
+        reset_draw: what the env drew for this step's resets (:meth:`ClassicControlEnv._fused_reset_draws`).
 
     Returns:
-        ``(next_state, next_episode_start, clock + 1, obs, final_obs, reward, terminated, truncated)``
-        (the flags as :func:`compiled_flags` gives them).
+        ``(carry, (obs, final_obs, reward, terminated, truncated))``, the flags as :func:`compiled_flags` gives them.
     """
-    final, *_, reward, terminated = dynamics(state, *inputs)
+    state, episode_start, clock, draws_used = carry
+    final, *_, reward, terminated = dynamics(state, *inputs(actions, episode_start == clock, *extras))
     terminated = terminated.bool()
     clock = clock + 1
     # gymnasium's TimeLimit: truncated on the limit's step even if the env also terminated.
     truncated = episode_start <= clock - max_episode_steps
     done = terminated | truncated
+    reset_states, draws_used = resets(reset_draw, done, draws_used)
     # Row by row, stacked: one loop over the envs computes everything (a where over the (state_size, n) state is a
     # second loop, which reads `done` back from memory, stored as bool on the CPU at ~10 ns an element).
     rows = zip(reset_states.unbind(), final.unbind(), strict=True)
     next_state = torch.stack([torch.where(done, reset, row) for reset, row in rows])
     next_start = torch.where(done, clock, episode_start)
     obs, final_obs = observe(next_state), observe(final)
-    return next_state, next_start, clock, obs, final_obs, reward, compiled_flags(terminated), compiled_flags(truncated)
-
-
-def env_step_function(
-    dynamics: Callable[..., Any],
-    observe: Callable[[Tensor], Tensor],
-    inputs: Callable[..., tuple[Any, ...]],
-    extras: tuple[Any, ...],
-    state: Tensor,
-    episode_start: Tensor,
-    clock: Tensor,
-    max_episode_steps: int,
-    reset_states: Tensor,
-    actions: Tensor,
-) -> tuple[Tensor, ...]:
-    """A fusing env's whole step for ``actions`` as a pure function (:meth:`ClassicControlEnv.fused_step_arguments`
-    gives the arguments before them): :func:`fused_step` of ``inputs(actions, *extras)``."""
-    return fused_step(
-        dynamics, observe, state, episode_start, clock, max_episode_steps, reset_states, *inputs(actions, *extras)
-    )
+    outputs = (obs, final_obs, reward, compiled_flags(terminated), compiled_flags(truncated))
+    return FusedCarry(next_state, next_start, clock, draws_used), outputs
 
 
 @functools.cache
 def _fused_step_of(env_class: type) -> Callable[..., Any]:
-    """:func:`env_step_function` with a code object of its own per env class: dynamo keeps compiled code, and its
+    """:func:`fused_step` with a code object of its own per env class: dynamo keeps compiled code, and its
     recompilation limit, per code object (each env of a class and shape reuses its class's code)."""
     name = f"fused_step_{env_class.__name__}"
-    code = env_step_function.__code__.replace(co_name=name)
-    return types.FunctionType(code, env_step_function.__globals__, name)
+    code = fused_step.__code__.replace(co_name=name)
+    return types.FunctionType(code, fused_step.__globals__, name)
 
 
 def state_observation(state: Tensor) -> Tensor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -10,7 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning.envs._classic_control import ClassicControlEnv, compiled_flags, state_observation
+from rl_lightning.envs._classic_control import ClassicControlEnv, FusedCarry, compiled_flags, state_observation
 from rl_lightning.envs.render import disc, paint, rectangle
 
 # gymnasium.envs.classic_control.cartpole.CartPoleEnv's constants.
@@ -114,6 +115,17 @@ def cartpole_dynamics(state: Tensor, actions: Tensor, constants: CartPoleConstan
     return final, reward, compiled_flags(terminated)
 
 
+def resets_drawn_in_order(draw: Tensor, done: Tensor, used: Tensor) -> tuple[Tensor, Tensor]:
+    """The start states ``(4, n)`` the CPU's index-based reset gives the envs that are ``done`` (the others'
+    columns: any numbers) and the numbers it takes, from ``draw``: numbers drawn in order, of which the steps
+    before took ``used``. That reset draws a ``(4, k)`` tensor for the ``k`` finished envs in the order of their
+    index: env ``j``, the ``r``-th of them, gets number ``used + c * k + r`` for component ``c``."""
+    finished = done.sum()
+    rank = done.cumsum(0) - 1  # an unfinished env's: its finished predecessor's (or -1), never kept
+    components = torch.arange(4, device=done.device).unsqueeze(1)
+    return draw[(used + components * finished + rank).clamp(min=0)], used + 4 * finished
+
+
 class CartPole(ClassicControlEnv):
     """``num_envs`` copies of gymnasium's ``CartPole-v1`` (Euler integration, +1 reward on
     every step including the terminating one, truncation after 500 steps).
@@ -126,6 +138,10 @@ class CartPole(ClassicControlEnv):
     state_size = 4
     default_max_episode_steps = MAX_EPISODE_STEPS
     cpu_compile_min_envs = 4_096  # at 4,096 envs 28.9 vs 23.8 M steps/s, at 256: 2.3 vs 2.5 (compiled vs eager)
+    #: The most envs whose CPU step a fused step covers (:attr:`fuses_step`): drawing 4 numbers for every env on
+    #: every step costs ~8 ns each on the CPU, more than the eager index-based reset from a few thousand envs
+    #: (4,096 envs: 536 us a fused step vs 186 compiled dynamics + eager reset; 32: 144 vs 141).
+    fused_reset_max_envs = 1_024
     dynamics = staticmethod(cartpole_dynamics)
     observe = staticmethod(state_observation)
 
@@ -141,8 +157,40 @@ class CartPole(ClassicControlEnv):
 
     @property
     def resets_every_step(self) -> bool:  # type: ignore[override]
-        """Sync-free resets draw for every env on every step (``compile=True`` then fuses the whole step)."""
+        """Sync-free resets draw for every env on every step."""
         return self.sync_free
+
+    @property
+    def fuses_step(self) -> bool:
+        """With ``compile``, whether the whole step is one compiled function: sync-free, or the CPU's index-based
+        reset with at most :attr:`fused_reset_max_envs` envs, whose fused step takes the finished envs' states
+        from a draw for every env, in the order that reset draws them (:func:`resets_drawn_in_order`)."""
+        return self.compile and type(self).fuses_step_at(self.num_envs, self.device, self.sync_free)
+
+    @classmethod
+    def fuses_step_at(cls, num_envs: int, device: torch.device, sync_free: bool | None = None) -> bool:
+        sync_free = device.type != "cpu" if sync_free is None else sync_free
+        return sync_free or (device.type == "cpu" and num_envs <= cls.fused_reset_max_envs)
+
+    @property
+    def resets(self) -> Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]:  # type: ignore[override]
+        return super().resets if self.sync_free else resets_drawn_in_order
+
+    def _fused_reset_draws(self, count: int) -> list[Tensor]:
+        if self.sync_free:
+            return super()._fused_reset_draws(count)
+        # Enough numbers for every env to finish on every step, shared by the steps; finish_fused_steps sets the
+        # generator back and moves it on by as many as the index-based resets would have drawn.
+        self._generator_before_draws = self.generator.get_state()
+        return [self._random_states(count * self.num_envs).view(-1)] * count
+
+    def finish_fused_steps(self, carry: FusedCarry, count: int) -> None:
+        super().finish_fused_steps(carry, count)
+        if not self.sync_free:
+            used = int(carry.draws_used)  # a host read: free on the CPU
+            self.generator.set_state(self._generator_before_draws)
+            if used:
+                torch.empty(used, dtype=self.dtype).uniform_(-RESET_BOUND, RESET_BOUND, generator=self.generator)
 
     def _random_states(self, count: int | None = None) -> Tensor:
         states = torch.empty(4, self.num_envs if count is None else count, dtype=self.dtype, device=self.device)

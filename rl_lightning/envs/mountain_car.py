@@ -259,15 +259,14 @@ class MountainCarContinuous(_MountainCarBase):
         return self._step(actions.clamp(-1.0, 1.0), unclipped_actions=actions)
 
     @staticmethod
-    def fused_inputs(actions: Tensor, *extras: Any) -> tuple[Any, ...]:
-        """The force clipped to [-1, 1], the action as given (the reward's), and the extras."""
+    def fused_inputs(actions: Tensor, first_step: Tensor, in_float64: bool, constants: Any) -> tuple[Any, ...]:
+        """The force clipped to [-1, 1], the action as given (the reward's), the first-step flags where the env
+        computes in float64 (see :func:`_continuous_step_in_gymnasium_precision`; None for float32), the constants."""
         actions = actions.float()
-        return (actions.clamp(-1.0, 1.0), actions, *extras)
+        return (actions.clamp(-1.0, 1.0), actions, first_step if in_float64 else None, constants)
 
     def _fused_extras(self) -> tuple[Any, ...]:
-        # float64 computes an episode's first step in float64 (see _continuous_step_in_gymnasium_precision).
-        first_step = None if self.dtype == torch.float32 else self._episode_start == self._clock
-        return (first_step, self._constants)
+        return (self.dtype == torch.float64, self._constants)
 
     def _step(
         self, actions: Tensor, unclipped_actions: Tensor | None = None

@@ -175,6 +175,25 @@ def test_compiled_functions_are_not_pickled_or_copied():
     assert off(double) is double and not off.enabled
 
 
+def test_own_copies_are_a_code_object_per_module_and_name():
+    """``own_copy``: each module's own code object of a function (dynamo's recompilation limit is per code object,
+    so the runs of one process never exhaust each other's), the same one for the same name, named by it."""
+    first, second = CompiledFunctions({"backend": "eager"}), CompiledFunctions({"backend": "eager"})
+
+    def triple(x):
+        return 3 * x
+
+    assert torch.equal(first.own_copy(triple, "triple_for_a")(torch.ones(2)), torch.full((2,), 3.0))
+    assert list(first.compile_seconds) == ["triple_for_a"]
+    compiled = first.own_copy(triple, "triple_for_a")  # after the first call: the compiled function itself
+    assert first.own_copy(triple, "triple_for_a") is compiled and compiled(torch.ones(1)) == 3
+    second.own_copy(triple, "triple_for_a"), first.own_copy(triple, "triple_for_b")
+    copies = [first._own_copies["triple_for_a"], first._own_copies["triple_for_b"], second._own_copies["triple_for_a"]]
+    assert len({id(code) for code in [triple.__code__, *(function.__code__ for function in copies)]}) == 4
+    assert [function.__code__.co_name for function in copies] == ["triple_for_a", "triple_for_b", "triple_for_a"]
+    assert pickle.loads(pickle.dumps(first))._own_copies == {}
+
+
 def test_inductor_cache_is_kept_per_cpu_kernel_set(monkeypatch, tmp_path):
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 

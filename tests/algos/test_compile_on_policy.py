@@ -69,16 +69,22 @@ _PPO_CARTPOLE = dict(
 )
 
 
-def test_compiled_ppo_gives_the_eager_losses_and_actions_on_cartpole(compiled_acting_on_cpu):
+PPO_CARTPOLE_COLLECTION = "fused_collection_actor_critic_step_fused_step_CartPole"
+VPG_CARTPOLE_COLLECTION = "fused_collection_policy_step_fused_step_CartPole"
+
+
+def test_compiled_ppo_gives_the_eager_losses_and_actions_on_cartpole():
+    """On the CPU too, PPO's collection runs fused with CartPole's step (4 steps of acting, env and storing per
+    compiled call): the eager run's actions and losses."""
     losses = _assert_compiled_equals_eager(
-        PPOModule, 8, True, ["actor_critic_step", "ppo_minibatch_loss"], **_PPO_CARTPOLE
+        PPOModule, 8, True, [PPO_CARTPOLE_COLLECTION, "ppo_minibatch_loss"], **_PPO_CARTPOLE
     )
     assert not torch.allclose(losses[0], losses[-1])  # the weights moved: later losses are of other weights
 
 
-def test_compiled_vpg_gives_the_eager_losses_and_actions_on_cartpole(compiled_acting_on_cpu):
+def test_compiled_vpg_gives_the_eager_losses_and_actions_on_cartpole():
     _assert_compiled_equals_eager(
-        VPGModule, 4, True, ["policy_step", "vpg_loss"], num_envs=8, num_steps_per_rollout=32, seed=3
+        VPGModule, 4, True, [VPG_CARTPOLE_COLLECTION, "vpg_loss"], num_envs=8, num_steps_per_rollout=32, seed=3
     )
 
 
@@ -102,23 +108,36 @@ def test_compiled_ppo_with_normalisation_gives_the_eager_losses_and_actions_on_p
 @pytest.mark.parametrize(
     ("module_class", "fused", "kwargs"),
     [
-        (PPOModule, "actor_critic_env_step", dict(update_epochs=2, num_minibatches=2, normalize_obs=True, seed=4)),
-        (VPGModule, "policy_env_step", dict(seed=2)),
+        (PPOModule, "actor_critic_step", dict(update_epochs=2, num_minibatches=2, normalize_obs=True, seed=4)),
+        (VPGModule, "policy_step", dict(seed=2)),
     ],
     ids=["ppo", "vpg"],
 )
-def test_the_acting_step_and_a_fusing_envs_step_compile_as_one_function(
-    compiled_acting_on_cpu, module_class, fused, kwargs
-):
-    """Where the acting step is compiled and the env's step is one pure function (Acrobot: compiled on the CPU too),
-    each collection step is ONE compiled function (policy forward, sampling, the env's step): the eager run's
-    actions and losses, from the same random streams (the source's noise, the env's reset draws)."""
-    settings = dict(env_id="Acrobot-v1", num_envs=8, num_steps_per_rollout=16, **kwargs)
-    _assert_compiled_equals_eager(module_class, 4, AOT_EAGER, [fused, _loss_name(module_class)], **settings)
+@pytest.mark.parametrize("num_steps", [16, 6])
+def test_the_acting_steps_and_a_fusing_envs_steps_compile_as_one_function(module_class, fused, kwargs, num_steps):
+    """Where the env's step is one pure function (Acrobot), the collection runs fused on any device: 4 steps (the
+    largest divisor of num_steps up to ``fused_steps_per_call``: 4 of 16, 3 of 6) of policy forward, sampling, the
+    env's step and storing per call of ONE compiled function; the eager run's actions and losses, from the same
+    random streams (the source's noise, the env's reset draws), and the same generator states after."""
+    settings = dict(env_id="Acrobot-v1", num_envs=8, num_steps_per_rollout=num_steps, **kwargs)
+    name = f"fused_collection_{fused}_fused_step_Acrobot"
+    _assert_compiled_equals_eager(module_class, 4, AOT_EAGER, [name, _loss_name(module_class)], **settings)
     module = module_class(compile=AOT_EAGER, **settings)
     source = module.make_source(module.make_envs(8, 0, compile=True))
     assert source._fused_collection and source.envs.fuses_step
-    assert not module.make_source(module.make_envs(8, 0))._fused_collection  # an eager env: acting alone compiled
+    calls = []
+    original = source.envs.fused_steps_arguments
+    source.envs.fused_steps_arguments = lambda count: calls.append(count) or original(count)
+    eager = module_class(**settings)
+    eager_source = eager.make_source(eager.make_envs(8, 0))
+    with torch.inference_mode():
+        source.collect(), eager_source.collect()
+    assert calls == [4] * 4 if num_steps == 16 else calls == [3, 3]
+    assert torch.equal(source.collection.rollout.actions, eager_source.collection.rollout.actions)
+    assert torch.equal(source.generator.get_state(), eager_source.generator.get_state())
+    assert torch.equal(source.envs.get_rng_state(), eager_source.envs.get_rng_state())
+    assert source.envs._clock == eager_source.envs._clock == num_steps
+    assert not module.make_source(module.make_envs(8, 0))._fused_collection  # an eager env: no fused collection
 
 
 def _loss_name(module_class):
@@ -133,13 +152,30 @@ def test_compiled_recurrent_ppo_gives_the_eager_losses(core):
     _assert_compiled_equals_eager(PPOModule, 6, AOT_EAGER, ["ppo_minibatch_loss"], recurrent=core, **kwargs)
 
 
-def test_ppo_with_target_kl_and_importance_weighted_vpg_compile_only_their_updates_on_the_cpu():
-    # On the CPU the acting step stays eager (compiled_acting_devices): only the update is compiled.
+def test_ppo_with_target_kl_and_importance_weighted_vpg_compile_as_the_others():
     _assert_compiled_equals_eager(
-        PPOModule, 6, AOT_EAGER, ["ppo_minibatch_loss"], target_kl=1e-3, lr=1e-2, **_PPO_CARTPOLE
+        PPOModule,
+        6,
+        AOT_EAGER,
+        [PPO_CARTPOLE_COLLECTION, "ppo_minibatch_loss"],
+        target_kl=1e-3,
+        lr=1e-2,
+        **_PPO_CARTPOLE,
     )
     vpg = dict(num_envs=8, num_steps_per_rollout=16, importance_weighting=True, rollout_use_count=2, seed=3)
-    _assert_compiled_equals_eager(VPGModule, 4, AOT_EAGER, ["vpg_loss"], **vpg)
+    _assert_compiled_equals_eager(VPGModule, 4, AOT_EAGER, [VPG_CARTPOLE_COLLECTION, "vpg_loss"], **vpg)
+
+
+def test_a_cpu_run_of_many_cartpoles_or_a_pendulum_acts_eagerly():
+    """Where the env's step is not one function on the CPU (Pendulum; CartPole above ``fused_reset_max_envs``:
+    its index-based reset is cheaper eagerly), only the update is compiled there."""
+    _assert_compiled_equals_eager(
+        PPOModule, 2, AOT_EAGER, ["ppo_minibatch_loss"], env_id="Pendulum-v1", num_envs=4, num_steps_per_rollout=8
+    )
+    module = PPOModule(num_envs=1_040, num_steps_per_rollout=4, num_minibatches=4, compile=AOT_EAGER)
+    assert module.fuses_env_into_collection
+    envs = module.make_envs(1_040, 0, compile=True)
+    assert not envs.fuses_step and not module.make_source(envs)._fused_collection
 
 
 def test_sampling_from_drawn_noise_is_the_heads_own_sampling():

@@ -1,7 +1,7 @@
-"""Graph safety, proven on the CPU (issue 48, item 4): every algorithm's update and the on-policy acting step compile
-with ``fullgraph=True`` on native envs, so a graph break (what would keep the CUDA path from one captured graph) is
-a test failure here, every day, though CI has no GPU. (The native envs' dynamics compile with ``fullgraph=True``
-already: ``rl_lightning.envs._classic_control``.)"""
+"""Graph safety, proven on the CPU (issue 48, item 4): every algorithm's update and the on-policy collection steps
+(fused with the env's) compile with ``fullgraph=True`` on native envs, so a graph break (what would keep the CUDA
+path from one captured graph) is a test failure here, every day, though CI has no GPU. (The native envs' steps
+compile with ``fullgraph=True`` already: ``rl_lightning.envs._classic_control``.)"""
 
 import pytest
 import torch
@@ -11,30 +11,36 @@ from rl_lightning import DQNModule, PPOModule, SACModule, TD3Module, VPGModule
 from rl_lightning.data.actor_critic import actor_critic_step
 from rl_lightning.data.rollout import _noise_draw, policy_step
 
+# (module, settings, the compiled functions: the update's loss, the on-policy collection fused with CartPole's step)
 CASES = {
-    "vpg": (VPGModule, dict(num_envs=4, num_steps_per_rollout=8), "vpg_loss"),
+    "vpg": (
+        VPGModule,
+        dict(num_envs=4, num_steps_per_rollout=8),
+        {"vpg_loss", "fused_collection_policy_step_fused_step_CartPole"},
+    ),
     "ppo": (
         PPOModule,
         dict(num_envs=4, num_steps_per_rollout=8, num_minibatches=2, update_epochs=1),
-        "ppo_minibatch_loss",
+        {"ppo_minibatch_loss", "fused_collection_actor_critic_step_fused_step_CartPole"},
     ),
-    "dqn": (DQNModule, dict(num_envs=2, learning_starts=16, batch_size=8), "dqn_loss"),
-    "sac": (SACModule, dict(num_envs=2, learning_starts=16, batch_size=8, hidden_sizes=(8,)), "sac_losses"),
+    "dqn": (DQNModule, dict(num_envs=2, learning_starts=16, batch_size=8), {"dqn_loss"}),
+    "sac": (SACModule, dict(num_envs=2, learning_starts=16, batch_size=8, hidden_sizes=(8,)), {"sac_losses"}),
     # 4 updates: TD3's delayed actor step (every policy_delay=2) compiles too
-    "td3": (TD3Module, dict(num_envs=2, learning_starts=16, batch_size=8, hidden_sizes=(8,)), "td3_losses"),
+    "td3": (TD3Module, dict(num_envs=2, learning_starts=16, batch_size=8, hidden_sizes=(8,)), {"td3_losses"}),
 }
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_update_compiles_as_one_graph(name):
-    cls, hparams, function = CASES[name]
+    cls, hparams, functions = CASES[name]
     # The loss with its backward pass as one graph (the whole update is split at backward by design: each side one
-    # graph; the default compile=True runs it, tests/algos/test_compile_whole_update.py).
+    # graph; the default compile=True runs it, tests/algos/test_compile_whole_update.py), and the on-policy
+    # collection's fused steps (acting, CartPole's step, storing) as one graph.
     module = cls(compile={"fullgraph": True, "whole_update": False}, seed=1, **hparams)
     trainer = quiet_trainer(max_steps=4)
     trainer.fit(module)  # a graph break raises under fullgraph=True
     assert trainer.global_step == 4
-    assert set(module.compile_seconds) == {function}
+    assert set(module.compile_seconds) == functions
 
 
 @pytest.mark.parametrize(

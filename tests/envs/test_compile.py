@@ -23,6 +23,7 @@ from rl_lightning.envs import (
     Probe5,
     make_envs,
 )
+from rl_lightning.envs.cartpole import resets_drawn_in_order
 
 # Per env: float32 tolerance on observations and rewards over NUM_STEPS random steps. Acrobot and
 # Pendulum are chaotic: a rounding difference grows over an episode (here at most 100 steps; measured
@@ -42,11 +43,11 @@ def _sync_free(env):
     return env
 
 
-# (env class, sync-free CartPole): the CPU's CartPole compiles its dynamics alone (its reset reads which envs
-# finished); a sync-free CartPole, Acrobot and the MountainCars fuse the whole step; Pendulum's compiled
-# dynamics are its whole step between the resets every env takes on the same step.
+# (env class, sync-free CartPole): CartPole (both resets: the CPU's index-based one from a draw for every env
+# taken in its order), Acrobot and the MountainCars fuse the whole step; Pendulum's compiled dynamics are its
+# whole step between the resets every env takes on the same step.
 CASES = [(env_class, False) for env_class in TOLERANCES] + [(CartPole, True)]
-FUSED = {Acrobot, MountainCar, MountainCarContinuous}
+FUSED = {CartPole, Acrobot, MountainCar, MountainCarContinuous}
 
 
 @pytest.mark.parametrize(("env_class", "sync_free"), CASES, ids=lambda case: getattr(case, "__name__", f"{case}"))
@@ -95,13 +96,13 @@ def test_compiled_float64_cartpole_state_dict_state_and_pickle():
         actions = env.random_actions(generator)
         obs, *_ = env.step(actions)
         torch.testing.assert_close(obs, eager.step(actions)[0], rtol=0, atol=1e-12)
-    assert env._compiled_dynamics is not None
+    assert env._compiled_step is not None  # the fused step (the CPU's reset from a draw in its order)
     saved = env.state_dict()
     clones = [pickle.loads(pickle.dumps(env)), copy.deepcopy(env)]
     restored = CartPole(8, seed=99, dtype=torch.float64, compile=True)
     restored.load_state_dict(saved)
     for clone in clones:
-        assert clone._compiled_dynamics is None and clone.compile
+        assert clone._compiled_step is None and clone.compile
     actions = [env.random_actions(generator) for _ in range(20)]
     expected = [env.step(a) for a in actions]
     for other in (*clones, restored):
@@ -110,7 +111,7 @@ def test_compiled_float64_cartpole_state_dict_state_and_pickle():
             assert torch.equal(o, obs) and torch.equal(r, reward)
             assert torch.equal(te, terminated) and torch.equal(tr, truncated)
 
-    # env.state = ... reaches the compiled dynamics: a pole far past 12 degrees terminates.
+    # env.state = ... reaches the fused step: a pole far past 12 degrees terminates.
     state = env.state.clone()
     state[0] = torch.tensor([0.0, 0.0, 0.5, 0.0], dtype=torch.float64)
     env.state = state
@@ -202,3 +203,38 @@ def test_compile_for_an_env_without_compiled_dynamics_is_a_value_error():
         make_envs("CartPole-v1", 2, compile="yes")
     with pytest.raises(TypeError, match="compile must be a bool"):
         CartPole(2, compile=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_resets_drawn_in_order_give_the_index_based_resets_draws(dtype):
+    """The CPU CartPole's fused step takes the finished envs' start states from numbers drawn for every env: env j,
+    the r-th of k finished ones, gets component c from number used + c * k + r, what the index-based reset's
+    (4, k) draw gives it (a CPU generator's numbers come one after another whatever the draw's size)."""
+    done = torch.tensor([False, True, False, True, True, False, False])
+    k, used = int(done.sum()), 5
+    generator = torch.Generator().manual_seed(7)
+    before = generator.get_state()
+    torch.empty(used, dtype=dtype).uniform_(-0.05, 0.05, generator=generator)  # an earlier step's resets
+    index_based = torch.empty(4, k, dtype=dtype).uniform_(-0.05, 0.05, generator=generator)
+    generator.set_state(before)
+    draw = torch.empty(2 * 4 * done.numel(), dtype=dtype).uniform_(-0.05, 0.05, generator=generator)
+    picked, now_used = resets_drawn_in_order(draw, done, torch.tensor(used))
+    assert picked.shape == (4, done.numel()) and picked.dtype == dtype
+    assert torch.equal(picked[:, done], index_based)
+    assert int(now_used) == used + 4 * k
+
+    # The env: a compiled CPU CartPole's generator moves on by the finished envs' numbers only, as the eager one's.
+    env = CartPole(7, seed=1, dtype=torch.float64, compile=True)
+    eager = CartPole(7, seed=1, dtype=torch.float64)
+    env.reset(seed=2), eager.reset(seed=2)
+    assert env.fuses_step and not env.sync_free
+    ends = 0
+    for _ in range(40):
+        actions = torch.ones(7, dtype=torch.int64)  # pushing right: every episode ends within ~10 steps
+        _, _, terminated, truncated, _ = env.step(actions)
+        eager.step(actions)
+        ends += int((terminated | truncated).sum())
+        assert torch.equal(env.get_rng_state(), eager.get_rng_state())
+        torch.testing.assert_close(env.state, eager.state, rtol=0, atol=1e-12)  # the same start states
+    assert ends >= 14  # every env finished at least twice
+    assert not CartPole(1_025, compile=True).fuses_step  # more envs: compiled dynamics and the eager reset
