@@ -9,7 +9,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+from rl_lightning.nets import CategoricalHead, GaussianHead
 
 
 def fused_collection_steps(
@@ -47,3 +49,19 @@ def fused_collection_steps(
         obs = next_obs
     stacked = tuple(None if column[0] is None else torch.stack(column) for column in zip(*steps, strict=True))
     return carry, obs, stacked
+
+
+def _noise_draw(head: nn.Module | None) -> tuple[Callable[..., Tensor], tuple[int, ...]] | None:
+    """How ``head.sample`` draws its random numbers for one observation (torch.rand or torch.randn, and the
+    shape after the batch's; the compiled step hands them to ``head.sample(params, noise=...)``), or None for
+    a head whose sampling is not replayed from drawn numbers."""
+    if type(head) is CategoricalHead and not head.masked:
+        return torch.rand, (1,)
+    if type(head) is GaussianHead:
+        return torch.randn, head.action_shape
+    return None
+
+
+def replays_sampling(head: nn.Module | None) -> bool:
+    """Whether a compiled acting step can sample as ``head.sample`` does, from numbers drawn beforehand."""
+    return _noise_draw(head) is not None

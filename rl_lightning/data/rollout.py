@@ -18,13 +18,13 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor, nn
 
 from rl_lightning.compiling import CompiledFunctions
-from rl_lightning.data._fused_collection import fused_collection_steps
+from rl_lightning.data._fused_collection import _noise_draw, fused_collection_steps, replays_sampling
 from rl_lightning.data.episodes import game_steps
 from rl_lightning.data.source import EnvSource
 from rl_lightning.envs.atari import GAME_REWARD_KEY
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.spaces import as_tree, plain
-from rl_lightning.nets import CategoricalHead, GaussianHead, PolicyNetwork
+from rl_lightning.nets import PolicyNetwork
 
 
 class RolloutTensors(NamedTuple):
@@ -460,33 +460,34 @@ class RolloutSource(EnvSource):
 
     @torch.inference_mode()  # ~15% less per-op overhead than no_grad for these tiny ops
     def _play(self) -> None:
-        """The one collection loop of every on-policy source: ``num_steps`` steps into ``self.rollout``."""
+        """Every on-policy source's collection: ``num_steps`` steps into ``self.rollout``, fused or eagerly."""
         obs = self.reset_envs() if self.full_reset else self.obs
-        episode_start = self._episode_start
         self.rollout.reset()
-        act, step, add_step = self._act, self.envs.step, self.rollout.add_step
-        keep_final = self.keeps_final_observations
-        fused = self._fused_collection
         was_training = self.policy.training
         self.policy.eval()
         try:
-            if fused:
-                obs, episode_start = self._play_fused(obs)
-            for t in range(self.num_steps if not fused else 0):  # the eager loop
-                actions, logprobs, values = act(obs, episode_start)
-                next_obs, rewards, terminated, truncated, info = step(actions)
-                final_obs = info["final_observation"] if keep_final else None
-                add_step(obs, actions, logprobs, rewards, terminated, truncated, values, final_obs)
-                if GAME_REWARD_KEY in info:
-                    self._game_steps = True
-                    self.episodes.update(*game_steps(rewards, terminated | truncated, info))
-                # The envs auto-reset on either flag: the next obs starts an episode.
-                obs, episode_start = next_obs, terminated | truncated
-                if self.stop_requested_in_rollout(t):
-                    raise SIGTERMException()
+            play = self._play_fused if self._fused_collection else self._play_eagerly
+            self._obs, self._episode_start = play(obs, self._episode_start)
         finally:
             self.policy.train(was_training)
-        self._obs, self._episode_start = obs, episode_start
+
+    def _play_eagerly(self, obs: Tensor, episode_start: Tensor) -> tuple[Tensor, Tensor]:
+        """The collection loop, a step at a time. Returns the next obs and which of them start an episode."""
+        act, step, add_step = self._act, self.envs.step, self.rollout.add_step
+        keep_final = self.keeps_final_observations
+        for t in range(self.num_steps):
+            actions, logprobs, values = act(obs, episode_start)
+            next_obs, rewards, terminated, truncated, info = step(actions)
+            final_obs = info["final_observation"] if keep_final else None
+            add_step(obs, actions, logprobs, rewards, terminated, truncated, values, final_obs)
+            if GAME_REWARD_KEY in info:
+                self._game_steps = True
+                self.episodes.update(*game_steps(rewards, terminated | truncated, info))
+            # The envs auto-reset on either flag: the next obs starts an episode.
+            obs, episode_start = next_obs, terminated | truncated
+            if self.stop_requested_in_rollout(t):
+                raise SIGTERMException()
+        return obs, episode_start
 
     def _act(self, obs: Tensor, episode_start: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """One step of the policy on ``obs``: actions, their log-probabilities and the values (None without
@@ -495,11 +496,12 @@ class RolloutSource(EnvSource):
             return self.compiled(policy_step)(self.policy, obs, self._draw_noise())
         return *self.policy.sample(obs, self.generator), None
 
-    def _play_fused(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+    def _play_fused(self, obs: Tensor, episode_start: Tensor) -> tuple[Tensor, Tensor]:
         """The collection loop where the env's step is one compiled function: :attr:`fused_steps_per_call` steps
         (acting, the env's step, storing) per call of one compiled function
         (``data._fused_collection.fused_collection_steps``). Returns the next obs and which of them start an
-        episode."""
+        episode (``episode_start``: the first obs's, which a feed-forward policy does not read)."""
+        del episode_start
         envs, add_step, keep_final = self.envs, self.rollout.add_step, self.keeps_final_observations
         count = max(d for d in range(1, self.fused_steps_per_call + 1) if self.num_steps % d == 0)
         act, act_arguments = self._fused_acting()
@@ -510,11 +512,11 @@ class RolloutSource(EnvSource):
             collect = self.compiled.own_copy(fused_collection_steps, name)
             carry, obs, steps = collect(act, act_arguments, env_step, env_arguments, carry, obs, noises, reset_draws)
             envs.finish_fused_steps(carry, count)
-            obs_, actions, logprobs, rewards, terminated, truncated, values, final_obs = steps
+            acted_on, actions, logprobs, rewards, terminated, truncated, values, final_obs = steps
             terminated, truncated = terminated.bool(), truncated.bool()
             for t in range(count):
                 value, final = None if values is None else values[t], final_obs[t] if keep_final else None
-                add_step(obs_[t], actions[t], logprobs[t], rewards[t], terminated[t], truncated[t], value, final)
+                add_step(acted_on[t], actions[t], logprobs[t], rewards[t], terminated[t], truncated[t], value, final)
             if any(self.stop_requested_in_rollout(t) for t in range(first, first + count)):
                 raise SIGTERMException()
         return obs, terminated[-1] | truncated[-1]
@@ -562,22 +564,6 @@ class RolloutSource(EnvSource):
         if count is None:
             return draw(size, generator=generator, device=device)
         return [draw(size, generator=generator, device=device) for _ in range(count)]
-
-
-def _noise_draw(head: nn.Module | None) -> tuple[Callable[..., Tensor], tuple[int, ...]] | None:
-    """How ``head.sample`` draws its random numbers for one observation (torch.rand or torch.randn, and the
-    shape after the batch's; the compiled step hands them to ``head.sample(params, noise=...)``), or None for
-    a head whose sampling is not replayed from drawn numbers."""
-    if type(head) is CategoricalHead and not head.masked:
-        return torch.rand, (1,)
-    if type(head) is GaussianHead:
-        return torch.randn, head.action_shape
-    return None
-
-
-def replays_sampling(head: nn.Module | None) -> bool:
-    """Whether a compiled acting step can sample as ``head.sample`` does, from numbers drawn beforehand."""
-    return _noise_draw(head) is not None
 
 
 def policy_step(policy: nn.Module, obs: Tensor, noise: Tensor) -> tuple[Tensor, Tensor, None]:
