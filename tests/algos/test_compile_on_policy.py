@@ -1,5 +1,6 @@
-"""compile=True for the on-policy algorithms: PPO's minibatch update, VPG's update and their acting steps through
-torch.compile give the same losses and the same sampled actions as eager, for the same seeds.
+"""compile=True for the on-policy algorithms: PPO's minibatch update, VPG's update and their collection (fused with a
+native env's steps, 4 steps a call; or the acting step alone) through torch.compile give the same losses and the
+same sampled actions as eager, for the same seeds.
 
 Two runs compile with inductor (PPO and VPG on CartPole, ~15 s each on one core); the others use the
 ``aot_eager`` backend, which traces the same graphs (forward and backward) without inductor's code generation."""
@@ -19,7 +20,7 @@ AOT_EAGER = {"backend": "aot_eager"}
 
 @pytest.fixture
 def compiled_acting_on_cpu(monkeypatch):
-    """The acting step compiled on the CPU too (by default only on CUDA, where it pays): the same path."""
+    """The acting step alone compiled on the CPU too (by default only on CUDA, where it pays): the same path."""
     monkeypatch.setattr(RolloutSource, "compiled_acting_devices", ("cpu", "cuda"))
 
 
@@ -207,3 +208,28 @@ def test_a_bad_compile_value_raises_naming_it(module_class):
     with pytest.raises(ValueError, match=r"unknown torch\.compile arguments"):
         module_class(num_envs=4, num_steps_per_rollout=4, compile={"bakend": "eager"})
     assert module_class(num_envs=4, num_steps_per_rollout=4, compile=True).hparams.compile is True
+
+
+def test_a_stop_in_the_middle_of_a_fused_rollout_returns_to_its_start():
+    """A stop request heard between two fused calls (checked every 64 steps) ends the rollout where the envs and
+    generators were when it began (the CPU CartPole's too: its generator set where the eager reset leaves it): the
+    rollout collected after it is the one an uninterrupted source collects."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    def source():
+        module = PPOModule(num_envs=4, num_steps_per_rollout=128, compile=AOT_EAGER, seed=6)
+        built = module.make_source(module.make_envs(4, 0, compile=True))
+        assert built._fused_collection
+        return built
+
+    stopped, straight = source(), source()
+    heard = []
+    stopped.should_stop = lambda: heard.append(True) or len(heard) == 1  # stop at step 63, not after
+    with torch.inference_mode():
+        with pytest.raises(SIGTERMException):
+            stopped.collect()
+        assert stopped.envs._clock == 0 and stopped.collection is None  # back at the rollout's start
+        stopped.collect(), straight.collect()
+    assert torch.equal(stopped.collection.rollout.actions, straight.collection.rollout.actions)
+    assert torch.equal(stopped.envs.get_rng_state(), straight.envs.get_rng_state())
+    assert torch.equal(stopped.generator.get_state(), straight.generator.get_state())
