@@ -30,8 +30,8 @@ Steady state, every variant alike: the clock (process time on the CPU; wall time
 after the random warm-up), so setup, the random warm-up and compilation are outside the rates; what the
 window holds is collection and updates. ``compile s``: the ``compile=True`` module's
 ``compile_seconds`` (wall seconds of the compiled functions' first calls, the env step's included), of the first
-repeat (later repeats in the process reuse the compiled code; inductor's disk cache may hold it from an earlier
-run). One torch thread; the variants alternate ``--repeats`` times, medians reported.
+repeat (later repeats compile their own copies from inductor's caches, faster; its disk cache may hold it from an
+earlier run). One torch thread; the variants alternate ``--repeats`` times, medians reported.
 """
 
 from __future__ import annotations
@@ -608,7 +608,7 @@ def report(rows: list[Row], variants: list[str], results: dict, args: argparse.N
     ]
     for row in rows:
         cells = [_format(median(row, variant, "ms_per_update"), 3) for variant in variants]
-        # The first repeat's: later ones in the same process reuse the compiled code (same shapes).
+        # The first repeat's: later ones in the same process compile from inductor's caches (same shapes).
         compile_s = largest(row, "compile", "compile_seconds") if "compile" in variants else None
         lines.append(f"| {row.label} | {' | '.join(cells)} | {_format(compile_s, 1)} |")
     lines += ["", "## Derived", ""]

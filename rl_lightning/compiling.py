@@ -141,10 +141,27 @@ def _check_mode_and_backend(arguments: dict[str, Any]) -> None:
 
 
 def torch_compile(function: Callable[..., Any], **options: Any) -> Callable[..., Any]:
-    """``torch.compile(function, dynamic=False, **options)``, with inductor's on-disk cache kept apart per CPU
-    kernel set (:func:`use_capability_cache_dir`)."""
+    """``torch.compile(dynamic=False, **options)`` of ``function`` as a code object of its own (:func:`own_code`),
+    with inductor's on-disk cache kept apart per CPU kernel set (:func:`use_capability_cache_dir`).
+
+    Dynamo keeps compiled code, and its recompilation limit (8), per code object: with a copy per call, each caller
+    (a module's update, an env's step) has its own, and the runs of one process (a sweep, the tests) never exhaust
+    one another's (a 9th shape of one shared code object runs eagerly, or fails under ``fullgraph=True``).
+    Inductor's caches still share the generated code between equal graphs."""
     use_capability_cache_dir()
-    return torch.compile(function, **{"dynamic": False, **options})
+    return torch.compile(own_code(function), **{"dynamic": False, **options})
+
+
+def own_code(function: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
+    """A copy of the Python function ``function`` with a code object of its own (named ``name``, else as it is);
+    anything else as it is."""
+    if not isinstance(function, types.FunctionType):
+        return function
+    name = function.__name__ if name is None else name
+    code = function.__code__.replace(co_name=name)
+    copy = types.FunctionType(code, function.__globals__, name, function.__defaults__, function.__closure__)
+    copy.__kwdefaults__, copy.__qualname__ = function.__kwdefaults__, function.__qualname__
+    return copy
 
 
 def use_capability_cache_dir() -> None:
@@ -205,13 +222,11 @@ class CompiledFunctions:
         return compiled
 
     def own_copy(self, function: Callable[..., Any], name: str) -> Callable[..., Any]:
-        """``function`` as :meth:`__call__` compiles it, as a code object of this module's own named ``name``: dynamo
-        keeps compiled code, and its recompilation limit, per code object, so that the runs of one process (a
-        sweep, the tests) each have their own (inductor's cache still shares the generated code)."""
+        """``function`` as :meth:`__call__` compiles it, named ``name`` (in :attr:`compile_seconds` and dynamo's
+        logs: a function called with several kinds of arguments, a name for each)."""
         own = self._own_copies.get(name)
         if own is None:
-            code = function.__code__.replace(co_name=name)
-            own = self._own_copies[name] = types.FunctionType(code, function.__globals__, name)
+            own = self._own_copies[name] = own_code(function, name)
         return self(own)
 
     def update(self, loss_function: Callable[..., Any]) -> Callable[..., Any]:
@@ -267,10 +282,10 @@ class WholeUpdate:
     state tensors (``exp_avg``, ``exp_avg_sq``, ``step``, created in Adam's format, so checkpoints and an eager resume
     see a plain ``torch.optim.Adam``) rather than through ``optimizer.step()`` (which dynamo would guard on the
     optimizer object and its float learning rate), with the learning rate passed as a tensor:
-    a schedule's new value is a new input, not a recompilation, and modules with the same shapes share the compiled
-    code (no guard on an optimizer object). Dynamo splits the function at ``backward`` (AOTAutograd's compiled
-    backward graph runs there). Each loss function gets its own copy of the function, so its recompilations (other
-    shapes, TD3's actor step) count against its own limit.
+    a schedule's new value is a new input, not a recompilation (no guard on an optimizer object). Dynamo splits the
+    function at ``backward`` (AOTAutograd's compiled backward graph runs there). Each module compiles its own copy of
+    the function for each loss (:func:`torch_compile`), so its recompilations (other shapes, TD3's actor step) count
+    against its own limit.
 
     Args:
         optimizer: the module's optimizer (the torch optimizer, not Lightning's wrapper): ``Adam`` or ``AdamW``
@@ -381,12 +396,8 @@ class WholeUpdate:
 
 @functools.cache
 def _whole_update_for(loss_function: Callable[..., Any]) -> Callable[..., Any]:
-    """:func:`_whole_update` with a code object of its own for ``loss_function`` (dynamo keeps its compiled code,
-    and its recompilation limit, per code object), the same one for every module: modules of the same shapes
-    share the compiled code."""
-    name = f"whole_update_{loss_function.__name__}"
-    code = _whole_update.__code__.replace(co_name=name)
-    return types.FunctionType(code, _whole_update.__globals__, name)
+    """:func:`_whole_update` named after ``loss_function`` (``whole_update_<loss>`` in dynamo's logs and profiles)."""
+    return own_code(_whole_update, f"whole_update_{loss_function.__name__}")
 
 
 def _whole_update(

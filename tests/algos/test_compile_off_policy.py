@@ -175,6 +175,20 @@ def test_compiled_functions_are_not_pickled_or_copied():
     assert off(double) is double and not off.enabled
 
 
+def test_each_module_compiles_its_own_copy_of_a_function():
+    """Dynamo's recompilation limit is per code object: each module's compiled functions are copies of their own
+    (``compiling.torch_compile``), so the modules of one process never exhaust one another's (a shared code object
+    fails here under fullgraph=True at the second shape, with a limit of 1)."""
+
+    def double(x):
+        return 2 * x
+
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for size in (1, 2, 3):
+            compiled = CompiledFunctions({"backend": "eager", "fullgraph": True})
+            assert torch.equal(compiled(double)(torch.ones(size)), torch.full((size,), 2.0))
+
+
 def test_own_copies_are_a_code_object_per_module_and_name():
     """``own_copy``: each module's own code object of a function (dynamo's recompilation limit is per code object,
     so the runs of one process never exhaust each other's), the same one for the same name, named by it."""

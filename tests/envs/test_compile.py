@@ -238,3 +238,16 @@ def test_resets_drawn_in_order_give_the_index_based_resets_draws(dtype):
         torch.testing.assert_close(env.state, eager.state, rtol=0, atol=1e-12)  # the same start states
     assert ends >= 14  # every env finished at least twice
     assert not CartPole(1_025, compile=True).fuses_step  # more envs: compiled dynamics and the eager reset
+
+
+def test_each_compiled_env_compiles_its_own_copy_of_its_step():
+    """Dynamo's recompilation limit (8) is per code object: each env compiles its own copy of its step
+    (``compiling.torch_compile``), so a process that compiles more sizes of one env than the limit (a sweep, the
+    tests) neither fails (the steps compile with fullgraph=True) nor runs eagerly. Here with a limit of 2."""
+    with torch._dynamo.config.patch(recompile_limit=2):
+        for env_class in (Pendulum, Acrobot, Probe1):  # dynamics alone, the fused step, a probe's step
+            for num_envs in (1, 2, 3):
+                env = env_class(num_envs, seed=0, compile=True)
+                env.reset()
+                env.step(env.random_actions(torch.Generator().manual_seed(0)))
+                assert env.compile_seconds > 0
