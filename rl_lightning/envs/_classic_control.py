@@ -117,6 +117,8 @@ class ClassicControlEnv(VectorEnv):
         # step instead of an increment and a comparison.
         self._clock = 0
         self._episode_start = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        # A fused step's count of a shared reset draw's numbers taken, before any (FusedCarry.draws_used).
+        self._no_draws_used = torch.zeros((), dtype=torch.int64, device=self.device)
         self._setup()
         # A valid state before the first reset, drawn without advancing the generator, so that
         # `Env(n, seed=s).reset()` starts exactly like `reset(seed=s)` (and from that state).
@@ -155,7 +157,7 @@ class ClassicControlEnv(VectorEnv):
         """What a caller needs to run this env's next ``count`` steps inside its own compiled function (a rollout
         fusing its acting steps with them): ``(step, arguments, carry, reset_draws)``; step ``i`` is
         ``carry, (obs, final_obs, reward, terminated, truncated) = step(*arguments, carry, reset_draws[i], actions)``
-        (:func:`fused_step`, a code object per env class). Hand the last carry to :meth:`finish_fused_steps`.
+        (:func:`fused_step`, named after the env class). Hand the last carry to :meth:`finish_fused_steps`.
         The reset states are drawn here from the env's generator, eagerly: the eager auto-reset's draws, the same
         stream."""
         if self._device_clock is None or self._device_clock_at != self._clock:
@@ -174,12 +176,6 @@ class ClassicControlEnv(VectorEnv):
         """The random numbers the next ``count`` fused steps' resets come from (:attr:`resets` picks them): here
         fresh states for every env on each step, drawn one step after another as the eager env draws them."""
         return [self._random_states() for _ in range(count)]
-
-    @property
-    def _no_draws_used(self) -> Tensor:
-        if getattr(self, "_zero_count", None) is None or self._zero_count.device != self.device:
-            self._zero_count = torch.zeros((), dtype=torch.int64, device=self.device)
-        return self._zero_count
 
     def _step_fused(self, actions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         """The whole step as one compiled function (:func:`fused_step`): the same results as ``_dynamics`` then
