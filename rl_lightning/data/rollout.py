@@ -493,8 +493,10 @@ class RolloutSource(EnvSource):
         """One step of the policy on ``obs``: actions, their log-probabilities and the values (None without
         a critic). ``episode_start`` ``(num_envs,)`` says which obs start an episode."""
         if self._compiled_acting:
-            return self.compiled(policy_step)(self.policy, obs, self._draw_noise())
-        return *self.policy.sample(obs, self.generator), None
+            actions, logprobs = self.compiled(policy_step)(self.policy, obs, self._draw_noise())
+        else:
+            actions, logprobs = self.policy.sample(obs, self.generator)
+        return actions, logprobs, None
 
     def _play_fused(self, obs: Tensor, episode_start: Tensor) -> tuple[Tensor, Tensor]:
         """The collection loop where the env's step is one compiled function: :attr:`fused_steps_per_call` steps
@@ -523,7 +525,7 @@ class RolloutSource(EnvSource):
 
     def _fused_acting(self) -> tuple[Callable[..., tuple[Tensor, Tensor, Tensor | None]], tuple[Any, ...]]:
         """The acting step the fused collection calls, ``act(*arguments, obs, noise)``, and its arguments."""
-        return policy_step, (self.policy,)
+        return policy_acting, (self.policy,)
 
     @cached_property
     def _fused_collection(self) -> bool:
@@ -566,10 +568,16 @@ class RolloutSource(EnvSource):
         return [draw(size, generator=generator, device=device) for _ in range(count)]
 
 
-def policy_step(policy: nn.Module, obs: Tensor, noise: Tensor) -> tuple[Tensor, Tensor, None]:
+def policy_step(policy: nn.Module, obs: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
     """One acting step of a ``PolicyNetwork`` as a pure function (compiled with ``compile``): actions and
-    their log-probabilities for ``obs`` ``(num_envs, *obs_shape)`` from the drawn ``noise`` (and no values)."""
-    return *policy.head.sample(policy(obs), noise=noise), None
+    their log-probabilities for ``obs`` ``(num_envs, *obs_shape)`` from the drawn ``noise``."""
+    return policy.head.sample(policy(obs), noise=noise)
+
+
+def policy_acting(policy: nn.Module, obs: Tensor, noise: Tensor) -> tuple[Tensor, Tensor, None]:
+    """:func:`policy_step` as the fused collection's acting step: actions, log-probabilities and no values."""
+    actions, logprobs = policy_step(policy, obs, noise)
+    return actions, logprobs, None
 
 
 def _state_before_the_rollout_record(state: dict[str, Any], episode_start: Tensor) -> dict[str, Any]:

@@ -71,7 +71,7 @@ _PPO_CARTPOLE = dict(
 
 
 PPO_CARTPOLE_COLLECTION = "fused_collection_actor_critic_step_fused_step_CartPole"
-VPG_CARTPOLE_COLLECTION = "fused_collection_policy_step_fused_step_CartPole"
+VPG_CARTPOLE_COLLECTION = "fused_collection_policy_acting_fused_step_CartPole"
 
 
 def test_compiled_ppo_gives_the_eager_losses_and_actions_on_cartpole():
@@ -110,7 +110,7 @@ def test_compiled_ppo_with_normalisation_gives_the_eager_losses_and_actions_on_p
     ("module_class", "fused", "kwargs"),
     [
         (PPOModule, "actor_critic_step", dict(update_epochs=2, num_minibatches=2, normalize_obs=True, seed=4)),
-        (VPGModule, "policy_step", dict(seed=2)),
+        (VPGModule, "policy_acting", dict(seed=2)),
     ],
     ids=["ppo", "vpg"],
 )

@@ -16,7 +16,7 @@ CASES = {
     "vpg": (
         VPGModule,
         dict(num_envs=4, num_steps_per_rollout=8),
-        {"vpg_loss", "fused_collection_policy_step_fused_step_CartPole"},
+        {"vpg_loss", "fused_collection_policy_acting_fused_step_CartPole"},
     ),
     "ppo": (
         PPOModule,
