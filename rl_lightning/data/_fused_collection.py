@@ -28,7 +28,7 @@ def fused_collection_steps(
 
     Args:
         act: the acting step, ``act(*act_arguments, obs, noise) -> (actions, logprobs, values or None)``
-            (:func:`~rl_lightning.data.rollout.policy_step`, :func:`~rl_lightning.data.actor_critic.actor_critic_step`).
+            (``rollout.policy_acting``, ``actor_critic.actor_critic_step``).
         env_step, env_arguments, carry, reset_draws: the env's fused step, what it takes before the carry and the
             carry and reset draws it starts from (``ClassicControlEnv.fused_steps_arguments``).
         obs: ``(num_envs, *obs_shape)`` the observations the first step acts on.
