@@ -46,9 +46,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from tensorboard.backend.event_processing import event_accumulator
 
+from rl_lightning.statistics import CONFIDENCE, NUM_RESAMPLES, interquartile_mean, stratified_bootstrap_ci
+
 ENV_STEPS_TAG = "charts/env_steps"
-NUM_RESAMPLES = 2_000
-CONFIDENCE = 0.95
 #: Points of the wall-clock panel's grid (the seconds of different runs never coincide).
 NUM_TIME_POINTS = 256
 
@@ -214,58 +214,12 @@ def resample_step_hold(x: np.ndarray, values: np.ndarray, grid: np.ndarray) -> n
     return np.where((grid >= x[0]) & (grid <= x[-1]), resampled, np.nan)
 
 
-def interquartile_mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
-    """The mean of the middle 50%: ``floor(n / 4)`` values cut from each end along ``axis``
-    (``scipy.stats.trim_mean(values, 0.25)``, rliable's IQM)."""
-    values = np.sort(np.asarray(values, np.float64), axis=axis)
-    num_values = values.shape[axis]
-    cut = num_values // 4
-    return np.take(values, np.arange(cut, num_values - cut), axis=axis).mean(axis=axis)
-
-
 def _mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.asarray(values, np.float64).mean(axis=axis)
 
 
 #: ``--stat`` name -> statistic over the last axis.
 STATISTICS: dict[str, Callable[..., np.ndarray]] = {"iqm": interquartile_mean, "mean": _mean}
-
-
-def stratified_bootstrap_ci(
-    scores: np.ndarray,
-    statistic: Callable[..., np.ndarray] = interquartile_mean,
-    num_resamples: int = NUM_RESAMPLES,
-    confidence: float = CONFIDENCE,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Percentile bootstrap confidence interval of ``statistic`` over runs, resampling the runs
-    with replacement within each task (rliable's ``StratifiedBootstrap``).
-
-    Args:
-        scores: ``(num_runs,)`` (one task) or ``(num_runs, num_tasks)``.
-        statistic: of the flattened ``(num_runs * num_tasks)`` scores of a resample, along ``axis``.
-        num_resamples: bootstrap resamples.
-        confidence: the interval's coverage, e.g. 0.95: the 2.5th and 97.5th percentiles.
-        seed: seeds the resampling (the same seed and run count give the same resamples).
-
-    Returns:
-        ``(low, high)``.
-    """
-    scores = np.asarray(scores, np.float64)
-    if scores.ndim == 1:
-        scores = scores[:, None]
-    if scores.ndim != 2 or scores.shape[0] == 0:
-        raise ValueError(f"scores must be (num_runs,) or (num_runs, num_tasks) with num_runs >= 1, got {scores.shape}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    num_runs, num_tasks = scores.shape
-    rng = np.random.default_rng(seed)
-    runs = rng.integers(0, num_runs, size=(num_resamples, num_runs, num_tasks))
-    resampled = scores[runs, np.arange(num_tasks)]  # (num_resamples, num_runs, num_tasks)
-    estimates = statistic(resampled.reshape(num_resamples, -1), axis=-1)
-    tail = 100.0 * (1.0 - confidence) / 2.0
-    low, high = np.percentile(estimates, [tail, 100.0 - tail])
-    return float(low), float(high)
 
 
 def aggregate_runs(

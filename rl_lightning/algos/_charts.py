@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -85,7 +86,9 @@ class Charts:
         if self.last_log is not None and now > self.last_log[0]:
             metrics["charts/SPS"] = (env_steps - self.last_log[1]) / (now - self.last_log[0])
         self.last_log = (now, env_steps)
-        if finished[2].item() > 0:  # a host sync, once per log
+        if finished.dim() == 2:  # num_seeds > 1: each seed's (3, num_seeds)
+            metrics.update(_seed_episode_charts(finished, module.inactive_seeds()))
+        elif finished[2].item() > 0:  # a host sync, once per log
             metrics["charts/episodic_return"] = finished[0] / finished[2]
             metrics["charts/episodic_length"] = finished[1] / finished[2]
         if module._attached and module.trainer.optimizers:
@@ -93,7 +96,48 @@ class Charts:
         self.log(module, metrics)
         for name, key in _PROGRESS_BAR:
             if key in metrics:
-                self.progress[name] = float(metrics[key])
+                value = metrics.get(f"{key}_iqm", metrics[key])  # num_seeds > 1: the seeds' IQM
+                self.progress[name] = float(value.nanmean() if isinstance(value, Tensor) else value)
+
+
+def _seed_episode_charts(finished: Tensor, inactive: list[int]) -> dict[str, Tensor | float]:
+    """The episode charts of a ``num_seeds > 1`` run from each seed's ``(return sum, length sum, episodes)``
+    columns: each seed's mean return and length (NaN for a seed without a finished episode; published per seed
+    and as their mean, ``seed_metrics``), and over the seeds that finished one and have not diverged, the return's
+    interquartile mean with its 95% stratified bootstrap interval (``rl_lightning.statistics``)."""
+    from rl_lightning.statistics import interquartile_mean, stratified_bootstrap_ci
+
+    returns, lengths = finished[0] / finished[2], finished[1] / finished[2]  # NaN where no episode finished
+    scores = [r for index, r in enumerate(returns.tolist()) if index not in inactive and r == r]  # a host read
+    if not scores:
+        return {}
+    scores_array = np.asarray(scores)
+    low, high = stratified_bootstrap_ci(scores_array)
+    return {
+        "charts/episodic_return": returns,
+        "charts/episodic_length": lengths,
+        "charts/episodic_return_iqm": float(interquartile_mean(scores_array)),
+        "charts/episodic_return_iqm_ci_low": low,
+        "charts/episodic_return_iqm_ci_high": high,
+    }
+
+
+def seed_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` with each per-seed tensor ``(num_seeds,)`` (a ``num_seeds > 1`` run's) written as its mean over
+    the seeds (NaN ones left out) under its name, and each seed's value under ``<group>_per_seed/<name>/seed_<i>``
+    (``charts/episodic_return`` -> ``charts_per_seed/episodic_return/seed_3``: TensorBoard groups them)."""
+    if not any(isinstance(value, Tensor) and value.dim() == 1 for value in metrics.values()):
+        return metrics
+    written: dict[str, Any] = {}
+    for name, value in metrics.items():
+        if not (isinstance(value, Tensor) and value.dim() == 1):
+            written[name] = value
+            continue
+        written[name] = value.float().nanmean()
+        group, _, rest = name.partition("/")
+        for index, seed_value in enumerate(value.unbind()):
+            written[f"{group}_per_seed/{rest or group}/seed_{index}"] = seed_value
+    return written
 
 
 def _as_tensor(value: Tensor | float) -> Tensor:
@@ -108,6 +152,7 @@ def publish(trainer: Any, metrics: dict[str, Any], progress: dict[str, float] | 
     and in ``trainer.progress_bar_metrics``. Through Lightning's logger connector: the one place that reaches it;
     ``tests/algos/test_update_loop.py`` fails if Lightning renames what it uses."""
     connector = trainer._logger_connector  # Lightning 2.6: no public API writes logged metrics outside self.log
+    metrics = seed_metrics(metrics)
     if metrics:
         connector._callback_metrics.update({name: _as_tensor(value) for name, value in metrics.items()})
         connector.log_metrics(metrics)  # the loggers (none: nothing written) and logged_metrics

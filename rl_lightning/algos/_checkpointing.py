@@ -41,6 +41,8 @@ def save_payload(module: Any, checkpoint: dict[str, Any]) -> None:
         "sources": gather_over_ranks(state, module.world_size) if module.source is not None else None,
         **module.extra_checkpoint_state(),
     }
+    if module.num_seeds > 1:  # each other seed's extra state (its update generators, epsilon, ...)
+        checkpoint[CHECKPOINT_KEY]["seed_members"] = [m.extra_checkpoint_state() for m in module.seed_modules()[1:]]
 
 
 def load_payload(module: Any, checkpoint: dict[str, Any]) -> None:
@@ -54,6 +56,8 @@ def load_payload(module: Any, checkpoint: dict[str, Any]) -> None:
     module._restored_sources = payload.get("sources")
     module.source = None  # rebuilt (and restored) by train_dataloader
     module.load_extra_checkpoint_state(payload)
+    for member, state in zip(module.seed_modules()[1:], payload.get("seed_members") or [], strict=False):
+        member.load_extra_checkpoint_state(state)
 
 
 class CheckpointPayload:

@@ -42,7 +42,9 @@ def _whole_update_unavailable(module: Any) -> str | None:
     own_update = update_loss.__module__.startswith("rl_lightning.algos.") and "<locals>" not in update_loss.__qualname__
     optimizer = module.optimizers().optimizer
     why = None
-    if not module._direct_steps:
+    if module.num_seeds > 1:
+        why = "num_seeds > 1 steps each seed's parameters apart, with its own clipping and masking"
+    elif not module._direct_steps:
         why = (
             "it needs one device in float32, with no callback or module hook on backward or the optimizer step "
             "(Lightning's manual-optimisation path runs here)"

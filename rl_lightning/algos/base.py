@@ -32,6 +32,7 @@ from rl_lightning.algos._charts import Charts
 from rl_lightning.algos._checkpointing import CheckpointPayload
 from rl_lightning.algos._greedy_evaluation import GreedyEvaluation
 from rl_lightning.algos._inputs import ObservationInputs, as_numpy, is_tensor_input
+from rl_lightning.algos._seeds import SeedMembers, builds_seed_members, optimizes_every_seed
 from rl_lightning.algos._sharing import PolicySharing
 from rl_lightning.algos._update_loop import (
     adopt_training_step_as_update_loss,
@@ -52,7 +53,7 @@ from rl_lightning.stopping import CollectiveStop
 __all__ = ["RLModule", "as_numpy", "is_tensor_input"]
 
 
-class RLModule(PolicySharing, GreedyEvaluation, CheckpointPayload, L.LightningModule):
+class RLModule(SeedMembers, PolicySharing, GreedyEvaluation, CheckpointPayload, L.LightningModule):
     """Base class of the algorithm modules (``VPGModule``, ``DQNModule``, ...).
 
     Args:
@@ -70,6 +71,8 @@ class RLModule(PolicySharing, GreedyEvaluation, CheckpointPayload, L.LightningMo
         compile: run the update functions through ``torch.compile`` (``rl_lightning.compiling``), and a
             native env's step too; a dict gives ``torch.compile``'s arguments (``{"mode": "max-autotune"}``), and
             the whole update is compiled (backward, clipping, Adam, Polyak; ``{"whole_update": False}``: the loss only).
+        num_seeds: independent agents trained in lock-step, seeds ``seed .. seed + num_seeds - 1``, each equal to
+            its one-seed run (``rl_lightning.algos._seeds``); this module is seed 0, ``seed_module(i)`` seed i.
     """
 
     #: Action spaces the algorithm can learn: "discrete", "box".
@@ -91,6 +94,10 @@ class RLModule(PolicySharing, GreedyEvaluation, CheckpointPayload, L.LightningMo
         if step is not None and "update_loss" not in vars(cls) and not is_update_loop(step):
             loop = next(vars(klass)["training_step"] for klass in cls.__mro__[1:] if "training_step" in vars(klass))
             adopt_training_step_as_update_loss(cls, loop)
+        if "__init__" in vars(cls):
+            cls.__init__ = builds_seed_members(cls, vars(cls)["__init__"])
+        if "configure_optimizers" in vars(cls):
+            cls.configure_optimizers = optimizes_every_seed(vars(cls)["configure_optimizers"])
         if cls.renamed_hyperparameters and ("__init__" in vars(cls) or "renamed_hyperparameters" in vars(cls)):
             cls.__init__ = wrap_init(cls.__init__, cls.renamed_hyperparameters, cls.__name__)
 
@@ -102,11 +109,15 @@ class RLModule(PolicySharing, GreedyEvaluation, CheckpointPayload, L.LightningMo
         env_backend: str = "auto",
         env_kwargs: dict[str, Any] | None = None,
         compile: bool | dict[str, Any] = False,
+        num_seeds: int = 1,
     ):
         super().__init__()
         check_str("env_id", env_id)
         check_int("num_envs", num_envs, 1)
         check_seed("seed", seed)
+        #: Agents trained in lock-step (seed 0 is this module; ``seed_module``).
+        self.num_seeds = check_int("num_seeds", num_seeds, 1)
+        self._diverged_seeds: set[int] = set()
         check_choice("env_backend", env_backend, BACKENDS)
         if env_kwargs is not None and not isinstance(env_kwargs, dict):
             raise TypeError(f"env_kwargs must be a dict or None, got {type(env_kwargs).__name__}")
@@ -270,7 +281,7 @@ class RLModule(PolicySharing, GreedyEvaluation, CheckpointPayload, L.LightningMo
         return SourceLoader(self.source)
 
     def _build_source(self) -> EnvSource:
-        return _envs.build_source(self)
+        return _envs.build_source(self) if self.num_seeds == 1 else self.build_seed_sources(_envs.build_source)
 
     def _received_sigterm(self) -> bool:
         """Whether the run was asked to stop (under DDP agreed by every rank: ``rl_lightning.stopping``)."""
@@ -334,6 +345,13 @@ class RLModule(PolicySharing, GreedyEvaluation, CheckpointPayload, L.LightningMo
         ``compile={"whole_update": True}`` the compiled update stepped it already (inside ``update_loss``): here
         it is counted. Returns ``loss`` detached."""
         trainer = self.trainer
+        if self.num_seeds > 1:  # each seed's loss: backward of their sum, each seed's gradients its own
+            loss, reported = self.seed_loss(loss)
+            self._step(loss, trainer)
+            return reported
+        return self._step(loss, trainer)
+
+    def _step(self, loss: Tensor, trainer: L.Trainer) -> Tensor:
         if self.compiled.whole_update is not None:
             if loss.requires_grad:
                 raise RuntimeError(
@@ -374,11 +392,13 @@ class RLModule(PolicySharing, GreedyEvaluation, CheckpointPayload, L.LightningMo
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # After the gradients are unscaled (16-mixed), before the step: clip to max_grad_norm or the Trainer's value.
-        if self._gradient_clipping is not None:
-            value, algorithm = self._gradient_clipping
-            self.clip_gradients(optimizer, value, algorithm)
-        elif self.hparams.get("max_grad_norm") is not None:
-            self.clip_gradients(optimizer, self.hparams.max_grad_norm, "norm")
+        clipping = self._gradient_clipping
+        if clipping is None and self.hparams.get("max_grad_norm") is not None:
+            clipping = (self.hparams.max_grad_norm, "norm")
+        if self.num_seeds > 1:
+            self.step_per_seed(clipping)
+        elif clipping is not None:
+            self.clip_gradients(optimizer, *clipping)
 
     def teardown(self, stage: str) -> None:
         _run.end_run(self)

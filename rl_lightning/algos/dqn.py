@@ -137,6 +137,7 @@ class DQNModule(OffPolicyModule):
         prioritized: bool = False,
         prioritized_alpha: float = 0.6,
         prioritized_beta: float = 0.4,
+        num_seeds: int = 1,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         check_float("lr", lr, 0.0, low_open=True)
@@ -168,6 +169,8 @@ class DQNModule(OffPolicyModule):
     @epsilon.setter
     def epsilon(self, value: float) -> None:
         self._epsilon = check_float("epsilon", value, 0.0, 1.0)
+        for member in self.seed_modules()[1:]:  # num_seeds > 1: every seed explores alike
+            member._epsilon = self._epsilon
 
     def explore(self, obs: Tensor, generator: torch.Generator) -> Tensor:
         """Epsilon-greedy on the live Q-network (over the legal actions where the env gives masks)."""
@@ -196,20 +199,17 @@ class DQNModule(OffPolicyModule):
 
     def update_loss(self, batch: ReplayBufferSamples) -> Tensor:
         hp = self.hparams
-        args = (
-            self.q_network,
-            self.target_network,
-            batch,
-            self.discounts(batch),
-            self._action_mask(batch.next_obs),
-            hp.double_dqn,
-            hp.loss,
-        )
-        if batch.weights is None:
-            loss, q_mean = self.compiled.update(dqn_loss)(*args)
-        else:  # prioritized replay: the weighted loss, and the TD errors for the new priorities
-            loss, q_mean, td_errors = self.compiled.update(dqn_loss)(*args, batch.weights)
-            self.update_priorities(batch, td_errors)
+
+        def arguments(module: DQNModule, part: ReplayBufferSamples) -> tuple[Any, ...]:
+            mask = module._action_mask(part.next_obs)
+            weights = () if part.weights is None else (part.weights,)  # prioritized replay: the weighted loss
+            args = (module.q_network, module.target_network, part, module.discounts(part), mask, hp.double_dqn)
+            return (*args, hp.loss, *weights)
+
+        outputs = self.seed_update(dqn_loss, batch, arguments)
+        loss, q_mean = outputs[:2]
+        if len(outputs) == 3:  # prioritized replay: the TD errors for the new priorities
+            self.update_priorities(batch, outputs[2])
         if self.should_log():
             self.log_metrics(
                 {

@@ -157,9 +157,10 @@ class OffPolicyModule(RLModule):
         prioritized_alpha: float = 0.6,
         prioritized_beta: float = 0.4,
         tau: float | None = None,
+        num_seeds: int = 1,
     ):
         values = locals()
-        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile)
+        super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile, num_seeds)
         check_int("updates_per_step", updates_per_step, 1)
         if frame_replay is not None:
             check_bool("frame_replay", frame_replay)
@@ -307,16 +308,24 @@ class OffPolicyModule(RLModule):
     def update_priorities(self, batch: ReplayBufferSamples, td_errors: Tensor) -> None:
         """Set the priorities of ``batch``'s transitions from their TD errors ``(batch,)`` (nothing for a uniform
         batch, or a batch given by hand without the source's buffer)."""
-        if batch.indices is not None and self.source is not None:
+        if self.source is None:
+            return
+        if self.num_seeds > 1:  # each seed's batch, TD errors (num_seeds, batch) and buffer
+            for source, part, errors in zip(self.source.sources, batch, td_errors, strict=True):
+                if part.indices is not None:
+                    source.buffer.update_priorities(part.indices, errors)
+        elif batch.indices is not None:
             self.source.buffer.update_priorities(batch.indices, td_errors)
 
     def prioritized_metrics(self, batch: ReplayBufferSamples) -> dict[str, Tensor | float]:
         """The charts of prioritized replay for a sampled batch (none for a uniform one)."""
-        if batch.weights is None:
+        parts = list(batch) if self.num_seeds > 1 else [batch]
+        if parts[0].weights is None:
             return {}
+        weights = [part.weights.mean() for part in parts]
         return {
             "charts/prioritized_beta": self.prioritized_beta_at(self.env_steps),
-            "charts/importance_weights": batch.weights.mean(),
+            "charts/importance_weights": weights[0] if self.num_seeds == 1 else torch.stack(weights),
         }
 
     def on_train_start(self) -> None:
@@ -330,6 +339,8 @@ class OffPolicyModule(RLModule):
                     "Trainer(max_steps=...) or max_epochs"
                 )
             self._run_env_steps = float(self.planned_env_steps(int(updates)))
+            for member in self.seed_modules()[1:]:  # each seed's source reads its own module's schedule
+                member._run_env_steps = self._run_env_steps
 
     def discounts(self, batch: ReplayBufferSamples) -> float | Tensor:
         """The bootstrap's discount of each sample: ``gamma``, or gamma^k of n-step samples."""

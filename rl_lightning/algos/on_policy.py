@@ -54,7 +54,11 @@ class OnPolicyModule(RLModule):
         for _ in range(self.updates_in_this_step()):
             batch, _, _ = next(dataloader_iter)
             loss = self.update(batch)
-            if self.ends_rollout_early():
+            early = self.ends_rollout_early()
+            if self.num_seeds > 1 and not isinstance(early, bool):  # each seed's: it skips the rest of the rollout
+                self.source.freeze([index for index, stop in enumerate(early) if stop])
+                early = self.source.all_frozen
+            if early:
                 self.skip_updates(self.source.skip_rest_of_rollout())
                 break
         return loss
@@ -70,9 +74,10 @@ class OnPolicyModule(RLModule):
         """The policy head the rollout samples from where a compiled step can replay its sampling (else None)."""
         return None
 
-    def ends_rollout_early(self) -> bool:
+    def ends_rollout_early(self) -> bool | list[bool]:
         """After an update: whether the rest of the rollout's updates are skipped (PPO's ``target_kl``; never
-        here). They count as optimizer steps, so ``max_steps`` and the run's env steps keep their plan."""
+        here; with ``num_seeds > 1`` a list, each seed's: a seed that stops has no update until the next rollout).
+        They count as optimizer steps, so ``max_steps`` and the run's env steps keep their plan."""
         return False
 
     @property

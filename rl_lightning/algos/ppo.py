@@ -141,9 +141,16 @@ class PPOModule(OnPolicyModule):
         env_backend: str = "auto",
         env_kwargs: dict[str, Any] | None = None,
         compile: bool | dict[str, Any] = False,
+        num_seeds: int = 1,
     ):
         super().__init__(
-            env_id=env_id, num_envs=num_envs, seed=seed, env_backend=env_backend, env_kwargs=env_kwargs, compile=compile
+            env_id=env_id,
+            num_envs=num_envs,
+            seed=seed,
+            env_backend=env_backend,
+            env_kwargs=env_kwargs,
+            compile=compile,
+            num_seeds=num_seeds,
         )
         check_int("num_steps_per_rollout", num_steps_per_rollout, 1)
         check_float("lr", lr, 0.0, low_open=True)
@@ -215,29 +222,41 @@ class PPOModule(OnPolicyModule):
 
     def update_loss(self, batch: PPOBatch | RecurrentPPOBatch) -> Tensor:
         hp = self.hparams
-        loss, metrics = self.compiled.update(ppo_minibatch_loss)(
-            self.model, batch, hp.clip_coef, hp.clip_vloss, hp.vf_coef, hp.ent_coef, hp.norm_adv
+        loss, metrics = self.seed_update(
+            ppo_minibatch_loss,
+            batch,
+            lambda module, part: (
+                module.model,
+                part,
+                hp.clip_coef,
+                hp.clip_vloss,
+                hp.vf_coef,
+                hp.ent_coef,
+                hp.norm_adv,
+            ),
         )
-        self._approx_kl = metrics["losses/approx_kl"]  # for target_kl (ends_rollout_early)
+        self._approx_kl = metrics["losses/approx_kl"]  # for target_kl (ends_rollout_early); num_seeds > 1: per seed
         if self.update_in_rollout == 0:  # once per rollout
-            collection = self.source.collection
-            values, targets = collection.rollout.values, collection.advantages + collection.rollout.values
-            metrics["losses/explained_variance"] = compute_explained_variance(values, targets)
+            explained = [
+                compute_explained_variance(c.rollout.values, c.advantages + c.rollout.values)
+                for c in (source.collection for source in getattr(self.source, "sources", [self.source]))
+            ]
+            metrics["losses/explained_variance"] = explained[0] if self.num_seeds == 1 else torch.stack(explained)
             self.log_charts()
         self.log_metrics(metrics)
         return loss
 
-    def ends_rollout_early(self) -> bool:
+    def ends_rollout_early(self) -> bool | list[bool]:
         """``target_kl``: whether the approximate KL of an update epoch's last minibatch exceeds it (every rank
         decides alike, on the KL of all ranks); the layer then skips the rest of the rollout's updates, counted as
         optimizer steps (``max_steps`` keeps meaning rollouts x epochs x minibatches, and a run takes the env
-        steps it planned, as CleanRL's fixed number of iterations does)."""
+        steps it planned, as CleanRL's fixed number of iterations does). With ``num_seeds > 1``, each seed's."""
         target_kl = self.hparams.target_kl
         if target_kl is None or (self.update_in_rollout + 1) % self.hparams.num_minibatches != 0:
             return False
         kl = self._approx_kl
         kl = self.trainer.strategy.reduce(kl, reduce_op="mean") if self.world_size > 1 else kl
-        return bool(kl > target_kl)
+        return bool(kl > target_kl) if self.num_seeds == 1 else (kl > target_kl).tolist()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(

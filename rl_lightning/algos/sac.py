@@ -122,6 +122,7 @@ class SACModule(OffPolicyModule):
         prioritized: bool = False,
         prioritized_alpha: float = 0.6,
         prioritized_beta: float = 0.4,
+        num_seeds: int = 1,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         check_float("lr", lr, 0.0, low_open=True)
@@ -178,27 +179,20 @@ class SACModule(OffPolicyModule):
     def update_loss(self, batch: ReplayBufferSamples) -> Tensor:
         # The update's random draws come from its own stream, here (the next actions', then the actions'),
         # so that the update itself is a pure function of tensors (compiled with compile=True).
-        shape = (batch.rewards.shape[0], math.prod(self.action_shape))
-        next_noise = torch.randn(shape, generator=self.update_generator, device=self.device)
-        noise = torch.randn(shape, generator=self.update_generator, device=self.device)
-        learned_alpha = isinstance(self.log_alpha, nn.Parameter)
-        args = (
-            self.actor,
-            self.critic,
-            self.target_critic,
-            self.log_alpha,
-            batch,
-            self.discounts(batch),
-            next_noise,
-            noise,
-            self.target_entropy,
-            learned_alpha,
-        )
-        if batch.weights is None:
-            loss, metrics = self.compiled.update(sac_losses)(*args)
-        else:  # prioritized replay: the weighted critic loss, and the TD errors for the new priorities
-            loss, metrics, td_errors = self.compiled.update(sac_losses)(*args, batch.weights)
-            self.update_priorities(batch, td_errors)
+        # With num_seeds > 1, each seed's from its own stream.
+        def arguments(module: SACModule, part: ReplayBufferSamples) -> tuple[Any, ...]:
+            shape = (part.rewards.shape[0], math.prod(module.action_shape))
+            next_noise = torch.randn(shape, generator=module.update_generator, device=module.device)
+            noise = torch.randn(shape, generator=module.update_generator, device=module.device)
+            learned_alpha = isinstance(module.log_alpha, nn.Parameter)
+            weights = () if part.weights is None else (part.weights,)  # prioritized replay: the weighted loss
+            args = (module.actor, module.critic, module.target_critic, module.log_alpha, part, module.discounts(part))
+            return (*args, next_noise, noise, module.target_entropy, learned_alpha, *weights)
+
+        outputs = self.seed_update(sac_losses, batch, arguments)
+        loss, metrics = outputs[:2]
+        if len(outputs) == 3:  # prioritized replay: the TD errors for the new priorities
+            self.update_priorities(batch, outputs[2])
         if self.should_log():
             self.log_metrics({**metrics, **self.prioritized_metrics(batch)})
             self.log_charts()

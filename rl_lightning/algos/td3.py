@@ -120,6 +120,7 @@ class TD3Module(OffPolicyModule):
         prioritized: bool = False,
         prioritized_alpha: float = 0.6,
         prioritized_beta: float = 0.4,
+        num_seeds: int = 1,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         check_float("lr", lr, 0.0, low_open=True)
@@ -175,27 +176,21 @@ class TD3Module(OffPolicyModule):
     def update_loss(self, batch: ReplayBufferSamples) -> Tensor:
         hp = self.hparams
         # The target-smoothing noise comes from the update's own stream, here, so that the update itself is
-        # a pure function of tensors (compiled with compile=True).
-        shape = (batch.rewards.shape[0], *self.action_shape)
-        noise = torch.randn(shape, generator=self.update_generator, device=self.device)
+        # a pure function of tensors (compiled with compile=True). With num_seeds > 1, each seed's from its own.
         update_actor = (self.global_step + 1) % hp.policy_delay == 0  # the delayed actor update (SB3's count)
-        args = (
-            self.actor,
-            self.critic,
-            self.target_actor,
-            self.target_critic,
-            batch,
-            self.discounts(batch),
-            noise * hp.target_noise,
-            hp.target_noise_clip,
-            self._bounds(),
-            update_actor,
-        )
-        if batch.weights is None:
-            loss, metrics = self.compiled.update(td3_losses)(*args)
-        else:  # prioritized replay: the weighted critic loss, and the TD errors for the new priorities
-            loss, metrics, td_errors = self.compiled.update(td3_losses)(*args, batch.weights)
-            self.update_priorities(batch, td_errors)
+
+        def arguments(module: TD3Module, part: ReplayBufferSamples) -> tuple[Any, ...]:
+            shape = (part.rewards.shape[0], *module.action_shape)
+            noise = torch.randn(shape, generator=module.update_generator, device=module.device)
+            weights = () if part.weights is None else (part.weights,)  # prioritized replay: the weighted loss
+            networks = (module.actor, module.critic, module.target_actor, module.target_critic)
+            noise_settings = (noise * hp.target_noise, hp.target_noise_clip)
+            return (*networks, part, module.discounts(part), *noise_settings, module._bounds(), update_actor, *weights)
+
+        outputs = self.seed_update(td3_losses, batch, arguments)
+        loss, metrics = outputs[:2]
+        if len(outputs) == 3:  # prioritized replay: the TD errors for the new priorities
+            self.update_priorities(batch, outputs[2])
         if self.should_log():
             self.log_metrics({**metrics, **self.prioritized_metrics(batch)})
             self.log_charts()

@@ -106,9 +106,16 @@ class VPGModule(OnPolicyModule):
         env_backend: str = "auto",
         env_kwargs: dict[str, Any] | None = None,
         compile: bool | dict[str, Any] = False,
+        num_seeds: int = 1,
     ):
         super().__init__(
-            env_id=env_id, num_envs=num_envs, seed=seed, env_backend=env_backend, env_kwargs=env_kwargs, compile=compile
+            env_id=env_id,
+            num_envs=num_envs,
+            seed=seed,
+            env_backend=env_backend,
+            env_kwargs=env_kwargs,
+            compile=compile,
+            num_seeds=num_seeds,
         )
         check_int("num_steps_per_rollout", num_steps_per_rollout, 1)
         check_float("lr", lr, 0.0, low_open=True)
@@ -168,9 +175,17 @@ class VPGModule(OnPolicyModule):
         # Returns in float32 whatever the precision: they sum hundreds of rewards. Computed eagerly, outside the
         # compiled update: their backward loop over the steps would unroll into its graph (inductor took ~50 s
         # for the default 500 steps).
-        returns = compute_returns(batch.rewards, batch.dones, hp.gamma)
-        loss, metrics = self.compiled.update(vpg_loss)(
-            self.policy_network, batch, returns, hp.normalize_returns, hp.importance_weighting, hp.iw_clip
+        loss, metrics = self.seed_update(
+            vpg_loss,
+            batch,
+            lambda module, part: (
+                module.policy_network,
+                part,
+                compute_returns(part.rewards, part.dones, hp.gamma),
+                hp.normalize_returns,
+                hp.importance_weighting,
+                hp.iw_clip,
+            ),
         )
         self.log_metrics(metrics)
         if self.update_in_rollout == 0:  # once per rollout

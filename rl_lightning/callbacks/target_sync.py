@@ -144,8 +144,9 @@ class TargetNetworkSync(UpdateCallback):
         self._handed_over = False
 
     def _pairs(self, pl_module: Any) -> list[tuple[nn.Module, nn.Module]]:
-        if self.online_attr is None:
-            return pl_module.target_network_pairs()
+        if self.online_attr is None:  # every seed's, with num_seeds > 1
+            modules = pl_module.seed_modules() if hasattr(pl_module, "seed_modules") else [pl_module]
+            return [pair for module in modules for pair in module.target_network_pairs()]
         return [(getattr(pl_module, self.target_attr), getattr(pl_module, self.online_attr))]
 
     def state_dict(self) -> dict[str, Any]:

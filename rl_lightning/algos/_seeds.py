@@ -1,0 +1,348 @@
+"""``num_seeds``: N independent agents trained in lock-step by one module, in one process, under one Trainer.
+
+The module given to the Trainer is seed 0 (its own networks, normaliser and source are the run's with ``seed``); it
+builds ``num_seeds - 1`` members, each the same algorithm with ``seed + i`` and ``num_seeds=1`` (``seed_members``),
+so that every seed owns its networks, optimizer state, envs, replay buffer or rollout, random streams and
+normaliser, exactly as its one-seed run would. What is shared is the computation:
+
+- an update runs the algorithm's loss for every seed as ONE batched call: ``torch.func.vmap`` over the seeds'
+  parameters stacked (``torch.func.functional_call``) and their batches stacked (:func:`call_per_seed`); the sum of
+  the seeds' losses is one backward pass, and each seed's gradients land on its own parameters;
+- one optimizer holds every seed's parameter groups (torch's own Adam, which steps each tensor alone: a seed's
+  step equals its one-seed run's); gradient-norm clipping is per seed, and a seed that is stopped (PPO's
+  ``target_kl``) or diverged (a loss that is not finite) has no gradient at the step, so Adam leaves its weights,
+  moments and step count as they are;
+- the data sources step in lock-step (``rl_lightning.data.seed_sources.SeedSources``), each from its own streams.
+
+Nothing flows between seeds. Seed i equals the one-seed run with ``seed + i`` to float tolerance (the batched
+matmuls round differently from the single ones): ``tests/algos/test_num_seeds.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+from torch.utils import _pytree as pytree
+
+from rl_lightning._checks import check_int
+
+#: What a ``num_seeds > 1`` run cannot do yet, and why (checked where the run starts).
+_ONE_SEED_ONLY = {
+    "recurrent": "a recurrent PPO policy (torch.func.vmap has no batching rule for nn.LSTM / nn.GRU's kernels)",
+}
+
+
+def build_seed_members(module: Any, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """``module.seed_members``: the algorithm ``cls`` built again for seeds ``seed + 1 .. seed + num_seeds - 1``
+    from the arguments ``module`` was built with (``num_seeds=1``; a ``network`` given is copied for each, as
+    each one-seed run would start from it)."""
+    bound = inspect.signature(cls.__init__).bind(module, *args, **kwargs)
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    arguments.pop(next(iter(arguments)))  # self
+    for name, why in _ONE_SEED_ONLY.items():
+        if arguments.get(name):
+            raise ValueError(f"num_seeds > 1 cannot train {why}: use num_seeds=1 with {name}={arguments[name]!r}")
+    extra = arguments.pop(_var_keyword(cls), {}) if _var_keyword(cls) else {}
+    members = []
+    for index in range(1, module.num_seeds):
+        member_arguments = {**arguments, **extra, "seed": arguments["seed"] + index, "num_seeds": 1}
+        if isinstance(member_arguments.get("network"), nn.Module):
+            import copy
+
+            member_arguments["network"] = copy.deepcopy(member_arguments["network"])
+        members.append(cls(**member_arguments))
+    module.seed_members = nn.ModuleList(members)
+
+
+def _var_keyword(cls: type) -> str | None:
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    return next((p.name for p in parameters if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+
+
+def merged_optimizer(optimizers: Sequence[torch.optim.Optimizer], fused: bool | None) -> torch.optim.Optimizer:
+    """One optimizer of every seed's parameter groups (seed 0's groups first), of the seeds' optimizer class and
+    settings: it steps each parameter tensor on its own (Adam's state is per tensor), as each seed's would."""
+    first = optimizers[0]
+    if any(type(optimizer) is not type(first) for optimizer in optimizers):
+        raise TypeError("num_seeds > 1: every seed's configure_optimizers must return the same optimizer class")
+    groups = [dict(group) for optimizer in optimizers for group in optimizer.param_groups]
+    defaults = dict(first.defaults)
+    if fused is not None and "fused" in defaults:
+        defaults["fused"] = fused
+        for group in groups:
+            group["fused"] = fused
+    return type(first)(groups, **defaults)
+
+
+def clip_per_seed(parameters: Sequence[Sequence[Tensor]], max_norm: float, algorithm: str) -> None:
+    """Clip each seed's gradients as ``Trainer(gradient_clip_val=...)`` / ``max_grad_norm`` clip one run's: the norm
+    over that seed's parameters alone (``torch.nn.utils.clip_grad_norm_``), or each value (``"value"``)."""
+    for seed_parameters in parameters:
+        with_grad = [p for p in seed_parameters if p.grad is not None]
+        if not with_grad:
+            continue
+        if algorithm == "value":
+            torch.nn.utils.clip_grad_value_(with_grad, max_norm)
+        else:
+            torch.nn.utils.clip_grad_norm_(with_grad, max_norm)
+
+
+def drop_gradients(parameters: Sequence[Sequence[Tensor]], seeds: Sequence[int]) -> None:
+    """No gradient for the parameters of ``seeds``: the optimizer step then leaves them (weights, moments, step
+    count) as they are."""
+    for seed in seeds:
+        for parameter in parameters[seed]:
+            parameter.grad = None
+
+
+class _Call(nn.Module):
+    """``function(*arguments)`` with the argument tree's modules as submodules, so that ``functional_call`` can
+    give them one seed's parameters."""
+
+    def __init__(self, function: Callable[..., Any], modules: list[nn.Module]):
+        super().__init__()
+        self.function = function
+        self.nets = nn.ModuleList(modules)
+
+    def forward(self, spec: pytree.TreeSpec, leaves: list[Any]) -> Any:
+        return self.function(*pytree.tree_unflatten(leaves, spec))
+
+
+class _ModuleSlot:
+    """Where an argument tree holds a module (its index among the call's modules)."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def call_per_seed(function: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> Any:
+    """``function(*calls[i])`` for every seed i as one batched call (``torch.func.vmap``): the outputs stacked along a
+    new first dimension (a loss ``(num_seeds,)``, each metric ``(num_seeds,)``).
+
+    Each call's arguments hold the same tree (named tuples, tuples, dicts): at a position, modules (each seed's
+    own: their parameters and buffers are stacked, and gradients flow back to each seed's), tensors (stacked) or
+    plain values, which must be equal for every seed (hyper-parameters)."""
+    flat = [pytree.tree_flatten(call) for call in calls]
+    spec = flat[0][1]
+    for _, other in flat[1:]:
+        if other != spec:
+            raise ValueError(f"{function.__name__}: the seeds' arguments differ in structure")
+    columns = list(zip(*(leaves for leaves, _ in flat), strict=True))
+    modules: list[nn.Module] = []
+    states: dict[str, Tensor] = {}
+    leaves: list[Any] = []
+    tensor_positions: list[int] = []
+    tensors: list[Tensor] = []
+    for position, column in enumerate(columns):
+        first = column[0]
+        if isinstance(first, nn.Module):
+            index = len(modules)
+            modules.append(first)
+            seed_states = [_states(member) for member in column]
+            for name in seed_states[0]:
+                states[f"nets.{index}.{name}"] = torch.stack([state[name] for state in seed_states])
+            leaves.append(_ModuleSlot(index))
+        elif isinstance(first, Tensor):
+            tensor_positions.append(position)
+            tensors.append(torch.stack(column))
+            leaves.append(None)
+        else:
+            if any(value != first for value in column[1:]):
+                raise ValueError(
+                    f"{function.__name__}: argument {position} differs between seeds ({column!r}): num_seeds > 1 "
+                    "shares the hyper-parameters"
+                )
+            leaves.append(first)
+    call = _Call(function, modules)
+
+    def one_seed(state: dict[str, Tensor], seed_tensors: list[Tensor]) -> Any:
+        seed_leaves = list(leaves)
+        for position, tensor in zip(tensor_positions, seed_tensors, strict=True):
+            seed_leaves[position] = tensor
+        for position, leaf in enumerate(seed_leaves):
+            if isinstance(leaf, _ModuleSlot):
+                seed_leaves[position] = call.nets[leaf.index]
+        return torch.func.functional_call(call, state, (spec, seed_leaves))
+
+    return torch.func.vmap(one_seed, randomness="error")(states, tensors)
+
+
+#: Each module's parameters and buffers as (name, owning submodule, attribute, is a parameter), found once.
+_STATE_SLOTS: weakref.WeakKeyDictionary[nn.Module, list[tuple[str, nn.Module, str, bool]]] = weakref.WeakKeyDictionary()
+
+
+def _states(module: nn.Module) -> dict[str, Tensor]:
+    """``module``'s parameters and buffers by name (``named_parameters`` walks the module tree at every call; the
+    slots are found once, and read each time: ``.to()`` replaces buffer tensors)."""
+    slots = _STATE_SLOTS.get(module)
+    if slots is None:
+        slots = []
+        for prefix, submodule in module.named_modules():
+            for attribute in submodule._parameters:
+                slots.append((f"{prefix}.{attribute}".lstrip("."), submodule, attribute, True))
+            for attribute in submodule._buffers:
+                slots.append((f"{prefix}.{attribute}".lstrip("."), submodule, attribute, False))
+        _STATE_SLOTS[module] = slots
+    states = {}
+    for name, submodule, attribute, is_parameter in slots:
+        tensor = (submodule._parameters if is_parameter else submodule._buffers)[attribute]
+        if tensor is not None:
+            states[name] = tensor
+    return states
+
+
+@functools.cache
+def per_seed(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` over seeds (:func:`call_per_seed`), one object per function (what ``compile`` caches by)."""
+
+    def seeds_call(calls: Sequence[tuple[Any, ...]]) -> Any:
+        return call_per_seed(function, calls)
+
+    seeds_call.__name__ = f"{function.__name__}_per_seed"
+    return seeds_call
+
+
+def warn_once_diverged(seeds: Sequence[int], first_seed: int, env_steps: int) -> None:
+    """Say which seeds stopped learning: their loss is no longer finite (the others go on)."""
+    names = ", ".join(f"{index} (seed {first_seed + index})" for index in seeds)
+    warnings.warn(
+        f"num_seeds: seed index {names} diverged at {env_steps} env steps (a loss that is not finite): its weights "
+        "stay as they were before, it is masked out of every later update and out of the aggregate charts, and the "
+        "other seeds go on",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
+class SeedMembers:
+    """``RLModule``'s ``num_seeds`` side (module docstring): the members, their trainer, one optimizer of every
+    seed's groups, the per-seed optimizer step, the lock-step sources."""
+
+    num_seeds: int
+    _modules: dict[str, nn.Module]
+
+    @property
+    def trainer(self) -> Any:
+        return L.LightningModule.trainer.fget(self)
+
+    @trainer.setter
+    def trainer(self, trainer: Any) -> None:
+        # Lightning gives its trainer to child LightningModules only; the members sit in a ModuleList.
+        L.LightningModule.trainer.fset(self, trainer)
+        for member in self.seed_modules()[1:]:
+            member.trainer = trainer
+
+    def seed_modules(self) -> list[Any]:
+        """Every seed's module, seed 0's (this one) first."""
+        members = self._modules.get("seed_members")
+        return [self, *members] if members is not None else [self]
+
+    def seed_module(self, seed_index: int) -> Any:
+        """The module of seed ``seed + seed_index`` (0: this one): its networks act, evaluate, export and save as a
+        one-seed module's do."""
+        check_int("seed_index", seed_index, 0, self.num_seeds - 1)
+        return self.seed_modules()[seed_index]
+
+    def seed_optimizers(self, configure: Callable[[Any], Any]) -> Any:
+        """``configure_optimizers`` of a ``num_seeds > 1`` module: each seed's optimizer merged into one
+        (:func:`merged_optimizer`); each seed's parameters kept for its clipping and masking."""
+        optimizers = [configure(self), *(member.configure_optimizers() for member in self.seed_modules()[1:])]
+        for optimizer in optimizers:
+            if not isinstance(optimizer, torch.optim.Optimizer):
+                raise TypeError(
+                    f"num_seeds > 1 takes one torch optimizer from configure_optimizers, got {type(optimizer).__name__}"
+                )
+        self._seed_parameters = [[p for group in o.param_groups for p in group["params"]] for o in optimizers]
+        return merged_optimizer(optimizers, self.use_fused_adam() if "fused" in optimizers[0].defaults else None)
+
+    def inactive_seeds(self) -> list[int]:
+        """Seeds that get no update now: diverged, or stopped for the rest of the rollout (``target_kl``)."""
+        frozen = getattr(self.source, "frozen", None) or [False] * self.num_seeds
+        return sorted(set(self._diverged_seeds) | {index for index, stop in enumerate(frozen) if stop})
+
+    def step_per_seed(self, clipping: tuple[float, str] | None) -> None:
+        """Before a ``num_seeds > 1`` optimizer step: no gradient for the inactive seeds, each other's clipped."""
+        parameters = self._seed_parameters
+        drop_gradients(parameters, self.inactive_seeds())
+        if clipping is not None:
+            clip_per_seed(parameters, *clipping)
+
+    def seed_loss(self, losses: Tensor) -> tuple[Tensor, Tensor]:
+        """The seeds' losses ``(num_seeds,)`` -> what backward takes (their sum: each seed's gradient its own) and
+        what the update reports (the mean over the seeds that have not diverged); a seed whose loss is not finite
+        is marked diverged, with a warning (a host read per update)."""
+        finite = torch.isfinite(losses.detach()).tolist()
+        new = [index for index, ok in enumerate(finite) if not ok and index not in self._diverged_seeds]
+        if new:
+            self._diverged_seeds.update(new)
+            warn_once_diverged(new, self.hparams.seed, self.env_steps)
+        alive = [index for index in range(self.num_seeds) if index not in self._diverged_seeds]
+        reported = losses.detach()[alive].mean() if alive else losses.detach().sum()
+        return losses.sum(), reported
+
+    def seed_update(
+        self, function: Callable[..., Any], batch: Any, arguments: Callable[[Any, Any], tuple[Any, ...]]
+    ) -> Any:
+        """The algorithm's update function on ``batch``: ``function(*arguments(self, batch))`` (through
+        ``compile``); with ``num_seeds > 1``, ``batch`` holds every seed's and the call runs for all seeds at once
+        (:func:`call_per_seed`), each seed's arguments from its own module: outputs with a first ``num_seeds``
+        dimension."""
+        if self.num_seeds == 1:
+            return self.compiled.update(function)(*arguments(self, batch))
+        calls = [arguments(module, part) for module, part in zip(self.seed_modules(), batch, strict=True)]
+        return self.compiled(per_seed(function))(calls)
+
+    def build_seed_sources(self, build: Callable[[Any], Any]) -> Any:
+        """The lock-step sources of a ``num_seeds > 1`` run: each seed's built as its one-seed run builds it, then
+        restored from the checkpoint's states (``SeedSources``)."""
+        from rl_lightning.checkpoints import restore_source
+        from rl_lightning.data.seed_sources import SeedSources
+
+        states, self._restored_sources = self._restored_sources, None
+        for member in self.seed_modules()[1:]:
+            member._start_env_steps = self._start_env_steps
+        sources = SeedSources([build(module) for module in self.seed_modules()])
+        sources.should_stop = self._received_sigterm
+        if states is not None:
+            restore_source(sources, states, self.global_rank, self.world_size, self.hparams.env_id)
+        return sources
+
+
+def builds_seed_members(cls: type, init: Callable[..., None]) -> Callable[..., None]:
+    """``cls.__init__`` that, where it is the most derived ``__init__`` of the module built, builds the seed members
+    after it (``num_seeds > 1``), from the same arguments."""
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        outermost = next(klass for klass in type(self).__mro__ if "__init__" in vars(klass)) is cls
+        if outermost and self.num_seeds > 1 and "seed_members" not in self._modules:
+            build_seed_members(self, type(self), args, kwargs)
+
+    return __init__
+
+
+def optimizes_every_seed(configure: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``configure_optimizers`` that, with ``num_seeds > 1``, returns one optimizer of every seed's
+    (``SeedMembers.seed_optimizers``); a subclass's ``super().configure_optimizers()`` inside it stays one seed's."""
+
+    @functools.wraps(configure)
+    def configure_optimizers(self: Any) -> Any:
+        if self.num_seeds == 1 or self.__dict__.get("_configuring_seeds"):
+            return configure(self)
+        object.__setattr__(self, "_configuring_seeds", True)
+        try:
+            return self.seed_optimizers(configure)
+        finally:
+            object.__delattr__(self, "_configuring_seeds")
+
+    return configure_optimizers
