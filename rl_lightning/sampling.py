@@ -103,5 +103,5 @@ def sample_categorical(
     cdf = log_probs.exp().cumsum(dim=-1)
     if uniform is None:
         uniform = torch.rand((*cdf.shape[:-1], 1), generator=generator, device=logits.device)
-    actions = (cdf < uniform).sum(dim=-1).clamp_(max=logits.shape[-1] - 1)
+    actions = (cdf < uniform).sum(dim=-1).clamp(max=logits.shape[-1] - 1)
     return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)

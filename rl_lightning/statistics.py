@@ -58,3 +58,20 @@ def stratified_bootstrap_ci(
     tail = 100.0 * (1.0 - confidence) / 2.0
     low, high = np.percentile(estimates, [tail, 100.0 - tail])
     return float(low), float(high)
+
+
+def seed_aggregates(name: str, values: list[float]) -> dict[str, float]:
+    """The aggregates over seeds of a metric ``name`` (one value per seed; NaN: a seed without one, left out):
+    ``name_iqm`` with its 95% stratified bootstrap interval ``name_iqm_ci_low`` / ``name_iqm_ci_high``, and
+    ``name_min`` (the worst seed: ``EarlyStopping(monitor="eval/episodic_return_min", ...)`` stops when every seed
+    got there). Empty where no seed has a value."""
+    scores = np.asarray([value for value in values if value == value], np.float64)
+    if scores.size == 0:
+        return {}
+    low, high = stratified_bootstrap_ci(scores)
+    return {
+        f"{name}_iqm": float(interquartile_mean(scores)),
+        f"{name}_iqm_ci_low": low,
+        f"{name}_iqm_ci_high": high,
+        f"{name}_min": float(scores.min()),
+    }

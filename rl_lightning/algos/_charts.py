@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -102,23 +101,19 @@ class Charts:
 
 def _seed_episode_charts(finished: Tensor, inactive: list[int]) -> dict[str, Tensor | float]:
     """The episode charts of a ``num_seeds > 1`` run from each seed's ``(return sum, length sum, episodes)``
-    columns: each seed's mean return and length (NaN for a seed without a finished episode; published per seed
-    and as their mean, ``seed_metrics``), and over the seeds that finished one and have not diverged, the return's
-    interquartile mean with its 95% stratified bootstrap interval (``rl_lightning.statistics``)."""
-    from rl_lightning.statistics import interquartile_mean, stratified_bootstrap_ci
+    columns: each seed's mean return and length (NaN for a seed without a finished episode; written per seed and as
+    their mean by ``seed_metrics``), and the return's aggregates over the seeds that have one and have not diverged
+    (``rl_lightning.statistics.seed_aggregates``: its IQM with a 95% bootstrap interval, the worst seed)."""
+    from rl_lightning.statistics import seed_aggregates
 
     returns, lengths = finished[0] / finished[2], finished[1] / finished[2]  # NaN where no episode finished
-    scores = [r for index, r in enumerate(returns.tolist()) if index not in inactive and r == r]  # a host read
-    if not scores:
+    if not bool((finished[2] > 0).any()):
         return {}
-    scores_array = np.asarray(scores)
-    low, high = stratified_bootstrap_ci(scores_array)
+    scores = [float("nan") if index in inactive else value for index, value in enumerate(returns.tolist())]
     return {
         "charts/episodic_return": returns,
         "charts/episodic_length": lengths,
-        "charts/episodic_return_iqm": float(interquartile_mean(scores_array)),
-        "charts/episodic_return_iqm_ci_low": low,
-        "charts/episodic_return_iqm_ci_high": high,
+        **seed_aggregates("charts/episodic_return", scores),
     }
 
 

@@ -23,16 +23,15 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import lightning as L
 import torch
 from torch import Tensor, nn
-from torch.utils import _pytree as pytree
 
 from rl_lightning._checks import check_int
+from rl_lightning.per_seed import per_seed
 
 #: What a ``num_seeds > 1`` run cannot do yet, and why (checked where the run starts).
 _ONE_SEED_ONLY = {
@@ -69,31 +68,52 @@ def _var_keyword(cls: type) -> str | None:
 
 
 def merged_optimizer(optimizers: Sequence[torch.optim.Optimizer], fused: bool | None) -> torch.optim.Optimizer:
-    """One optimizer of every seed's parameter groups (seed 0's groups first), of the seeds' optimizer class and
-    settings: it steps each parameter tensor on its own (Adam's state is per tensor), as each seed's would."""
+    """One optimizer of every seed's parameters, of the seeds' optimizer class and settings: group k holds every
+    seed's k-th group (the seeds' settings are equal), so a step is one call per group, not per seed; it steps each
+    parameter tensor on its own (Adam's state is per tensor), as each seed's optimizer would."""
     first = optimizers[0]
     if any(type(optimizer) is not type(first) for optimizer in optimizers):
         raise TypeError("num_seeds > 1: every seed's configure_optimizers must return the same optimizer class")
-    groups = [dict(group) for optimizer in optimizers for group in optimizer.param_groups]
+    if any(len(optimizer.param_groups) != len(first.param_groups) for optimizer in optimizers):
+        raise ValueError("num_seeds > 1: every seed's optimizer must have the same parameter groups")
+    groups = []
+    for index, group in enumerate(first.param_groups):
+        settings = {name: value for name, value in group.items() if name != "params"}
+        for optimizer in optimizers[1:]:
+            other = {name: value for name, value in optimizer.param_groups[index].items() if name != "params"}
+            if other != settings:
+                raise ValueError(f"num_seeds > 1: the seeds' optimizer group {index} settings differ: {other}")
+        if fused is not None and "fused" in settings:
+            settings["fused"] = fused
+        groups.append({**settings, "params": [p for o in optimizers for p in o.param_groups[index]["params"]]})
     defaults = dict(first.defaults)
     if fused is not None and "fused" in defaults:
         defaults["fused"] = fused
-        for group in groups:
-            group["fused"] = fused
     return type(first)(groups, **defaults)
 
 
 def clip_per_seed(parameters: Sequence[Sequence[Tensor]], max_norm: float, algorithm: str) -> None:
     """Clip each seed's gradients as ``Trainer(gradient_clip_val=...)`` / ``max_grad_norm`` clip one run's: the norm
-    over that seed's parameters alone (``torch.nn.utils.clip_grad_norm_``), or each value (``"value"``)."""
-    for seed_parameters in parameters:
-        with_grad = [p for p in seed_parameters if p.grad is not None]
-        if not with_grad:
-            continue
-        if algorithm == "value":
-            torch.nn.utils.clip_grad_value_(with_grad, max_norm)
-        else:
-            torch.nn.utils.clip_grad_norm_(with_grad, max_norm)
+    over that seed's parameters alone, computed as ``torch.nn.utils.clip_grad_norm_`` does (each tensor's norm, then
+    their norm; the coefficient ``max_norm / (norm + 1e-6)`` clamped to 1), for all seeds in one pass; or each value
+    (``"value"``)."""
+    seeds = [[p.grad for p in seed_parameters if p.grad is not None] for seed_parameters in parameters]
+    seeds = [grads for grads in seeds if grads]
+    grads = [grad for seed_grads in seeds for grad in seed_grads]
+    if not grads:
+        return
+    if algorithm == "value":
+        torch.nn.utils.clip_grad_value_(grads, max_norm)
+        return
+    norms = torch._foreach_norm(grads, 2.0)
+    coefficients: list[Tensor] = []
+    start = 0
+    for seed_grads in seeds:
+        total = torch.linalg.vector_norm(torch.stack(norms[start : start + len(seed_grads)]), 2.0)
+        clamped = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+        coefficients.extend([clamped] * len(seed_grads))
+        start += len(seed_grads)
+    torch._foreach_mul_(grads, coefficients)
 
 
 def drop_gradients(parameters: Sequence[Sequence[Tensor]], seeds: Sequence[int]) -> None:
@@ -102,113 +122,6 @@ def drop_gradients(parameters: Sequence[Sequence[Tensor]], seeds: Sequence[int])
     for seed in seeds:
         for parameter in parameters[seed]:
             parameter.grad = None
-
-
-class _Call(nn.Module):
-    """``function(*arguments)`` with the argument tree's modules as submodules, so that ``functional_call`` can
-    give them one seed's parameters."""
-
-    def __init__(self, function: Callable[..., Any], modules: list[nn.Module]):
-        super().__init__()
-        self.function = function
-        self.nets = nn.ModuleList(modules)
-
-    def forward(self, spec: pytree.TreeSpec, leaves: list[Any]) -> Any:
-        return self.function(*pytree.tree_unflatten(leaves, spec))
-
-
-class _ModuleSlot:
-    """Where an argument tree holds a module (its index among the call's modules)."""
-
-    def __init__(self, index: int):
-        self.index = index
-
-
-def call_per_seed(function: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> Any:
-    """``function(*calls[i])`` for every seed i as one batched call (``torch.func.vmap``): the outputs stacked along a
-    new first dimension (a loss ``(num_seeds,)``, each metric ``(num_seeds,)``).
-
-    Each call's arguments hold the same tree (named tuples, tuples, dicts): at a position, modules (each seed's
-    own: their parameters and buffers are stacked, and gradients flow back to each seed's), tensors (stacked) or
-    plain values, which must be equal for every seed (hyper-parameters)."""
-    flat = [pytree.tree_flatten(call) for call in calls]
-    spec = flat[0][1]
-    for _, other in flat[1:]:
-        if other != spec:
-            raise ValueError(f"{function.__name__}: the seeds' arguments differ in structure")
-    columns = list(zip(*(leaves for leaves, _ in flat), strict=True))
-    modules: list[nn.Module] = []
-    states: dict[str, Tensor] = {}
-    leaves: list[Any] = []
-    tensor_positions: list[int] = []
-    tensors: list[Tensor] = []
-    for position, column in enumerate(columns):
-        first = column[0]
-        if isinstance(first, nn.Module):
-            index = len(modules)
-            modules.append(first)
-            seed_states = [_states(member) for member in column]
-            for name in seed_states[0]:
-                states[f"nets.{index}.{name}"] = torch.stack([state[name] for state in seed_states])
-            leaves.append(_ModuleSlot(index))
-        elif isinstance(first, Tensor):
-            tensor_positions.append(position)
-            tensors.append(torch.stack(column))
-            leaves.append(None)
-        else:
-            if any(value != first for value in column[1:]):
-                raise ValueError(
-                    f"{function.__name__}: argument {position} differs between seeds ({column!r}): num_seeds > 1 "
-                    "shares the hyper-parameters"
-                )
-            leaves.append(first)
-    call = _Call(function, modules)
-
-    def one_seed(state: dict[str, Tensor], seed_tensors: list[Tensor]) -> Any:
-        seed_leaves = list(leaves)
-        for position, tensor in zip(tensor_positions, seed_tensors, strict=True):
-            seed_leaves[position] = tensor
-        for position, leaf in enumerate(seed_leaves):
-            if isinstance(leaf, _ModuleSlot):
-                seed_leaves[position] = call.nets[leaf.index]
-        return torch.func.functional_call(call, state, (spec, seed_leaves))
-
-    return torch.func.vmap(one_seed, randomness="error")(states, tensors)
-
-
-#: Each module's parameters and buffers as (name, owning submodule, attribute, is a parameter), found once.
-_STATE_SLOTS: weakref.WeakKeyDictionary[nn.Module, list[tuple[str, nn.Module, str, bool]]] = weakref.WeakKeyDictionary()
-
-
-def _states(module: nn.Module) -> dict[str, Tensor]:
-    """``module``'s parameters and buffers by name (``named_parameters`` walks the module tree at every call; the
-    slots are found once, and read each time: ``.to()`` replaces buffer tensors)."""
-    slots = _STATE_SLOTS.get(module)
-    if slots is None:
-        slots = []
-        for prefix, submodule in module.named_modules():
-            for attribute in submodule._parameters:
-                slots.append((f"{prefix}.{attribute}".lstrip("."), submodule, attribute, True))
-            for attribute in submodule._buffers:
-                slots.append((f"{prefix}.{attribute}".lstrip("."), submodule, attribute, False))
-        _STATE_SLOTS[module] = slots
-    states = {}
-    for name, submodule, attribute, is_parameter in slots:
-        tensor = (submodule._parameters if is_parameter else submodule._buffers)[attribute]
-        if tensor is not None:
-            states[name] = tensor
-    return states
-
-
-@functools.cache
-def per_seed(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` over seeds (:func:`call_per_seed`), one object per function (what ``compile`` caches by)."""
-
-    def seeds_call(calls: Sequence[tuple[Any, ...]]) -> Any:
-        return call_per_seed(function, calls)
-
-    seeds_call.__name__ = f"{function.__name__}_per_seed"
-    return seeds_call
 
 
 def warn_once_diverged(seeds: Sequence[int], first_seed: int, env_steps: int) -> None:

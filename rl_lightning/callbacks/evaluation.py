@@ -33,6 +33,7 @@ from rl_lightning.envs.spaces import (
 )
 from rl_lightning.playing import PlayStopped, play_greedy
 from rl_lightning.protocols import RLModuleProtocol, require
+from rl_lightning.statistics import seed_aggregates
 
 
 class EvalResult(NamedTuple):
@@ -128,6 +129,11 @@ def _warn_if_cut(cut: int, max_episode_steps: int) -> None:
             "--eval_max_episode_steps N to the scripts)",
             stacklevel=2,
         )
+
+
+def _seed_modules(pl_module: Any) -> list[Any]:
+    """The module's seeds (``num_seeds > 1``: each seed's module), or the module itself."""
+    return pl_module.seed_modules() if hasattr(pl_module, "seed_modules") else [pl_module]
 
 
 def _greedy(policy: Any) -> Callable[..., Tensor]:
@@ -295,19 +301,37 @@ class Evaluation(L.Callback):
         """Run one evaluation now and return the reduced metrics (empty where a stop request ended it)."""
         num_episodes = self.episodes(pl_module)
         seed = self.seed + trainer.global_rank * num_episodes  # no two envs share a seed
-        result = self._play(trainer, pl_module, self._eval_envs(pl_module, num_episodes, seed), seed, "evaluating")
-        if result is None:
+        envs = self._eval_envs(pl_module, num_episodes, seed)
+        # num_seeds > 1: every seed's policy on the same start states, then their mean, per seed and aggregates.
+        seeds = [self._seed_metrics(trainer, module, envs, seed) for module in _seed_modules(pl_module)]
+        if any(metrics is None for metrics in seeds):
             return {}
+        self.last_metrics = {name: sum(m[name] for m in seeds) / len(seeds) for name in seeds[0]}
+        mean = self.last_metrics["eval/episodic_return"]
+        if len(seeds) > 1:
+            returns = [metrics["eval/episodic_return"] for metrics in seeds]
+            self.last_metrics.update(seed_aggregates("eval/episodic_return", returns))
+            self.last_metrics.update(
+                {f"eval_per_seed/episodic_return/seed_{index}": value for index, value in enumerate(returns)}
+            )
+        self._evaluated_at = pl_module.env_steps
+        self.history.append((self._evaluated_at, mean))
+        return self.last_metrics
+
+    def _seed_metrics(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, envs: VectorEnv, seed: int
+    ) -> dict[str, float] | None:
+        """One policy's evaluation: its mean return, their std and the mean length, all-reduced over processes."""
+        result = self._play(trainer, pl_module, envs, seed, "evaluating")
+        if result is None:
+            return None
         mean = self._reduced_mean(self._mean_return, result.returns, pl_module)  # all-reduced under DDP
         variance = max(self._reduced_mean(self._mean_square_return, result.returns.square(), pl_module) - mean**2, 0.0)
-        self.last_metrics = {
+        return {
             "eval/episodic_return": mean,
             "eval/episodic_return_std": variance**0.5,
             "eval/episodic_length": self._reduced_mean(self._mean_length, result.lengths, pl_module),
         }
-        self._evaluated_at = pl_module.env_steps
-        self.history.append((self._evaluated_at, mean))
-        return self.last_metrics
 
     def confirm(
         self, trainer: L.Trainer, pl_module: L.LightningModule, num_episodes: int | None = None

@@ -65,3 +65,65 @@ def _noise_draw(head: nn.Module | None) -> tuple[Callable[..., Tensor], tuple[in
 def replays_sampling(head: nn.Module | None) -> bool:
     """Whether a compiled acting step can sample as ``head.sample`` does, from numbers drawn beforehand."""
     return _noise_draw(head) is not None
+
+
+def fuses_together(sources: Sequence[Any]) -> bool:
+    """Whether the on-policy ``sources`` (one per seed) can collect together, each chunk of steps of every seed as
+    one call (:func:`play_fused_together`): a native env whose whole step is one pure function, and a policy head
+    whose sampling replays drawn numbers."""
+    source = sources[0]
+    envs = source.envs
+    fused_at = getattr(type(envs), "fuses_step_at", None)
+    return (
+        getattr(source, "fuses_acting_with_env", False)
+        and replays_sampling(source._policy_head)
+        and fused_at is not None
+        and fused_at(envs.num_envs, envs.device)
+    )
+
+
+@torch.inference_mode()
+def play_fused_together(sources: Sequence[Any], call: Callable[..., Any]) -> None:
+    """Every seed's rollout, as ``RolloutSource._play_fused`` plays one source's, in lock-step: each chunk of
+    ``fused_steps_per_call`` steps of every seed is ONE ``call(fused_collection_steps, calls)``
+    (``algos._seeds.call_per_seed``, compiled with ``compile``) of each source's own policy, env state, reset draws
+    and sampling numbers (from its own generators). The steps land in each source's ``rollout``; the caller then
+    finishes each collection (``collect(played=True)``)."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    first = sources[0]
+    count = max(d for d in range(1, first.fused_steps_per_call + 1) if first.num_steps % d == 0)
+    observations = [source.reset_envs() if source.full_reset else source.obs for source in sources]
+    modes = [source.policy.training for source in sources]
+    for source in sources:
+        source.rollout.reset()
+        source.policy.eval()
+        source.env_steps_before_batch = source.env_steps
+    keep_final = first.keeps_final_observations
+    try:
+        for start in range(0, first.num_steps, count):
+            calls = []
+            for source, obs in zip(sources, observations, strict=True):
+                act, act_arguments = source._fused_acting()
+                env_step, env_arguments, carry, reset_draws = source.envs.fused_steps_arguments(count)
+                noises = source._draw_noise(count)
+                calls.append((act, act_arguments, env_step, env_arguments, carry, obs, noises, reset_draws))
+            carries, next_obs, steps = call(fused_collection_steps, calls)
+            for index, source in enumerate(sources):
+                source.envs.finish_fused_steps(type(carries)(*(field[index] for field in carries)), count)
+                acted_on, actions, logprobs, rewards, terminated, truncated, values, final_obs = (
+                    None if column is None else column[index] for column in steps
+                )
+                terminated, truncated = terminated.bool(), truncated.bool()
+                for t in range(count):
+                    value, final = None if values is None else values[t], final_obs[t] if keep_final else None
+                    source.rollout.add_step(
+                        acted_on[t], actions[t], logprobs[t], rewards[t], terminated[t], truncated[t], value, final
+                    )
+                observations[index] = next_obs[index]
+                source._obs, source._episode_start = next_obs[index], terminated[-1] | truncated[-1]
+            if any(first.stop_requested_in_rollout(t) for t in range(start, start + count)):
+                raise SIGTERMException()
+    finally:
+        for source, mode in zip(sources, modes, strict=True):
+            source.policy.train(mode)

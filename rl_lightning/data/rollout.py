@@ -431,24 +431,27 @@ class RolloutSource(EnvSource):
         start = index * size + min(index, larger)
         return collection.rollout.select_envs(slice(start, start + size + (index < larger)))
 
-    def collect(self) -> RolloutCollection:
-        """Collect a rollout with the current policy and prepare it for training: the new ``collection``."""
-        self.collection = self._prepare(self._collect_rollout())
+    def collect(self, played: bool = False) -> RolloutCollection:
+        """Collect a rollout with the current policy (``played``: it is in ``self.rollout``) and prepare it for
+        training: the new ``collection``."""
+        self.collection = self._prepare(self._collect_rollout(played))
         return self.collection
 
     def _prepare(self, rollout: RolloutTensors) -> RolloutCollection:
         """What training needs of a rollout (VPG: the rollout itself)."""
         return RolloutCollection(rollout)
 
-    def _collect_rollout(self) -> RolloutTensors:
-        """Step every env ``num_steps`` times with actions sampled from the current policy."""
-        snapshot = self.rollout_snapshot()
-        self.env_steps_before_batch = self.env_steps
-        try:
-            self._play()
-        except SIGTERMException:  # heard in the middle of the rollout: back to its start
-            self.restore_snapshot(snapshot)
-            raise
+    def _collect_rollout(self, played: bool = False) -> RolloutTensors:
+        """Step every env ``num_steps`` times with actions sampled from the current policy (``played``: they were,
+        into ``self.rollout``, by ``data._fused_collection.play_fused_together`` with other seeds' sources)."""
+        if not played:
+            snapshot = self.rollout_snapshot()
+            self.env_steps_before_batch = self.env_steps
+            try:
+                self._play()
+            except SIGTERMException:  # heard in the middle of the rollout: back to its start
+                self.restore_snapshot(snapshot)
+                raise
         self.count(self.num_steps)
         self.num_rollouts += 1
         # Stacked outside inference mode, so the rollout is an ordinary tensor that the loss

@@ -4,6 +4,7 @@ normaliser, episode tracker), pulled in lock-step, one batch of each per update 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -11,7 +12,9 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import Tensor
 from torch.utils.data import IterableDataset
 
+from rl_lightning.data._fused_collection import fuses_together, play_fused_together
 from rl_lightning.data.source import EnvSource
+from rl_lightning.per_seed import call_per_seed, per_seed
 
 
 class SeedBatches(tuple):
@@ -105,6 +108,13 @@ class SeedSources(IterableDataset):
         return SeedBatches(batches)
 
     def _pull(self) -> list[Any]:
+        if self._collects_next() and self._fuses_together:  # every seed's rollout in lock-step, one call per chunk
+            for source in self.sources:
+                source.check_stop()
+            play_fused_together(self.sources, self._call_per_seed)
+            for source in self.sources:
+                source.collect(played=True)
+            self.frozen = [False] * len(self.sources)
         for index, source in enumerate(self.sources):
             if not self.frozen[index]:
                 self._last[index] = source.next_batch()
@@ -127,6 +137,17 @@ class SeedSources(IterableDataset):
         # A seed frozen when a checkpoint was written has no last batch: any batch stands in (it gets no gradient).
         stand_in = next(batch for batch in self._last if batch is not None)
         return [stand_in if batch is None else batch for batch in self._last]
+
+    @cached_property
+    def _fuses_together(self) -> bool:
+        return len(self.sources) > 1 and fuses_together(self.sources)
+
+    def _call_per_seed(self, function: Callable[..., Any], calls: list[tuple[Any, ...]]) -> Any:
+        """``call_per_seed``, through seed 0's ``compile`` where it is on."""
+        compiled = getattr(self.sources[0], "compiled", None)
+        if compiled is None or not compiled.enabled:
+            return call_per_seed(function, calls)
+        return compiled.own_copy(per_seed(function), f"{function.__name__}_per_seed")(calls)
 
     def _collects_next(self) -> bool:
         """Whether the next pull collects a rollout (on-policy sources; a replay source collects a few steps at a

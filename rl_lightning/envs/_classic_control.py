@@ -285,6 +285,13 @@ class ClassicControlEnv(VectorEnv):
         self._state = torch.where(done, self._random_states(), final)
 
 
+def stacks_rows() -> bool:
+    """Whether a pure env function must build its rows by stacking them, not by writing into views of one tensor:
+    traced by ``torch.compile`` (inductor would recompute the step per row: see ``cartpole_step``), or batched by
+    ``torch.func.vmap`` (a ``num_seeds > 1`` run's lock-step collection), which has no batching rule for ``out=``."""
+    return torch.compiler.is_compiling() or torch._C._functorch.peek_interpreter_stack() is not None
+
+
 def compiled_flags(flags: Tensor) -> Tensor:
     """A dynamics function's bool output (its last, ``terminated``) as it leaves a compiled region:
     float32 on the CPU, where inductor's code stores a bool vector ~10 ns per element, 3x the rest

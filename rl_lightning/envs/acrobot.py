@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning.envs._classic_control import ClassicControlEnv, compiled_flags
+from rl_lightning.envs._classic_control import ClassicControlEnv, compiled_flags, stacks_rows
 from rl_lightning.envs.render import disc, paint, pixel_grid, rectangle
 
 # gymnasium.envs.classic_control.acrobot.AcrobotEnv's constants ("book" dynamics, no torque noise).
@@ -72,7 +72,7 @@ class AcrobotConstants(NamedTuple):
 def acrobot_obs(state: Tensor) -> Tensor:
     """Float32 observations ``(n, 6)`` = (cos theta1, sin theta1, cos theta2, sin theta2, dtheta1,
     dtheta2) of a ``(4, n)`` state, in fresh memory (a transposed view of a ``(6, n)`` tensor)."""
-    if torch.compiler.is_compiling():  # rows stacked, not written into views (see cartpole_step)
+    if stacks_rows():  # rows stacked, not written into views (see cartpole_step)
         cos, sin = torch.cos(state[:2]), torch.sin(state[:2])
         return torch.stack([cos[0], sin[0], cos[1], sin[1], state[2], state[3]]).float().T
     num_envs = state.shape[1]
@@ -103,7 +103,7 @@ def _derivatives(state: Tensor, torque: Tensor, constants: AcrobotConstants) -> 
     numerator = torch.sub(torque, phi2).addcmul_(minus_d2_over_d1, phi1, value=-1.0)
     numerator.addcmul_(dtheta1 * dtheta1, sin2, value=-_CORIOLIS)
     denominator = torch.addcmul(constants.d2_constant, d2, minus_d2_over_d1)
-    if torch.compiler.is_compiling():  # rows stacked, not written into views (see cartpole_step)
+    if stacks_rows():  # rows stacked, not written into views (see cartpole_step)
         ddtheta2 = torch.div(numerator, denominator)
         # ddtheta1 = -(d2 ddtheta2 + phi1) / d1
         ddtheta1 = torch.div(torch.addcmul(phi1, d2, ddtheta2), minus_d1)
@@ -143,7 +143,7 @@ def acrobot_dynamics(
     # adds it while below -pi; one turn takes one exact subtraction, like its first),
     # velocities clipped.
     angles = final[:2]
-    if torch.compiler.is_compiling():  # rows concatenated, not written into views (see cartpole_step)
+    if stacks_rows():  # rows concatenated, not written into views (see cartpole_step)
         wrapped = torch.sub(angles, torch.round(angles * constants.turns_per_radian), alpha=2 * math.pi)
         final = torch.cat([wrapped, final[2:].clamp(constants.velocity_low, constants.velocity_high)])
     else:

@@ -11,7 +11,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning.envs._classic_control import ClassicControlEnv, FusedCarry, compiled_flags, state_observation
+from rl_lightning.envs._classic_control import (
+    ClassicControlEnv,
+    FusedCarry,
+    compiled_flags,
+    stacks_rows,
+    state_observation,
+)
 from rl_lightning.envs.render import disc, paint, rectangle
 
 # gymnasium.envs.classic_control.cartpole.CartPoleEnv's constants.
@@ -87,8 +93,8 @@ def cartpole_step(state: Tensor, actions: Tensor, constants: CartPoleConstants) 
 
     # Euler integration. Eagerly the rows are written straight into the next state tensor; a
     # compiled step stacks them instead: inductor turns writes into row views of one buffer into
-    # a loop over the rows that recomputes the whole step for each (4x the work, measured).
-    if torch.compiler.is_compiling():
+    # a loop over the rows that recomputes the whole step for each (4x the work, measured); vmap has no out=.
+    if stacks_rows():
         rows = (x, x_dot), (x_dot, x_acc), (theta, theta_dot), (theta_dot, theta_acc)
         final = torch.stack([torch.add(value, rate, alpha=TAU) for value, rate in rows])
     else:

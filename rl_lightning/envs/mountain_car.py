@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl_lightning.envs._classic_control import ClassicControlEnv, compiled_flags, state_observation
+from rl_lightning.envs._classic_control import ClassicControlEnv, compiled_flags, stacks_rows, state_observation
 from rl_lightning.envs.render import disc, paint, pixel_grid, rectangle
 
 # gymnasium.envs.classic_control.mountain_car.MountainCarEnv's constants (the continuous env
@@ -65,7 +65,7 @@ def _move(state: Tensor, acceleration: Tensor, constants: MountainCarConstants) 
     """The car's motion (the one copy of it): ``state`` ``(2, n)`` after ``velocity += acceleration``
     and ``position += velocity``, in ``state``'s dtype, and terminated."""
     position, velocity = state.unbind()
-    if torch.compiler.is_compiling():  # rows stacked, not written into views (see cartpole_step)
+    if stacks_rows():  # rows stacked, not written into views (see cartpole_step)
         velocity = torch.add(velocity, acceleration).clamp(-MAX_SPEED, MAX_SPEED)
         position = torch.add(position, velocity).clamp(MIN_POSITION, MAX_POSITION)
         velocity = velocity.masked_fill((position == constants.min_position) & (velocity < constants.zero), 0.0)

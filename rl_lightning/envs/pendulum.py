@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from rl_lightning._checks import check_float
-from rl_lightning.envs._classic_control import ClassicControlEnv, compiled_flags
+from rl_lightning.envs._classic_control import ClassicControlEnv, compiled_flags, stacks_rows
 from rl_lightning.envs.render import disc, paint, pixel_grid, rectangle
 
 # gymnasium.envs.classic_control.pendulum.PendulumEnv's constants.
@@ -66,7 +66,7 @@ def pendulum_dynamics(
     # speed += (3 g / 2 l sin(angle) + 3 / (m l^2) torque) dt, clipped; angle += speed dt.
     # The torque term is float32 in gymnasium too (numpy keeps its float32 action).
     acceleration = torch.add(torque * constants.torque_gain, torch.sin(angle), alpha=constants.gravity_gain)
-    if torch.compiler.is_compiling():  # rows stacked, not written into views (see cartpole_step)
+    if stacks_rows():  # rows stacked, not written into views (see cartpole_step)
         speed = torch.add(speed, acceleration, alpha=DT).clamp(-MAX_SPEED, MAX_SPEED)
         final = torch.stack([torch.add(angle, speed, alpha=DT), speed])
     else:
@@ -81,7 +81,7 @@ def pendulum_observation(state: Tensor) -> Tensor:
     """Float32 observations ``(n, 3)`` = (cos angle, sin angle, angular velocity) of a ``(2, n)`` state, in
     fresh memory (a transposed view of a ``(3, n)`` tensor)."""
     angle, speed = state.unbind()
-    if torch.compiler.is_compiling():  # rows stacked, not written into views (see cartpole_step)
+    if stacks_rows():  # rows stacked, not written into views (see cartpole_step)
         return torch.stack([torch.cos(angle), torch.sin(angle), speed]).float().T
     obs = torch.empty(3, state.shape[1], device=state.device)
     torch.cos(angle, out=obs[0])
