@@ -74,17 +74,26 @@ def call_per_seed(function: Callable[..., Any], calls: Sequence[tuple[Any, ...]]
                 )
             leaves.append(first)
     call = _Call(function, modules)
+    output_spec: list[pytree.TreeSpec] = []
+    empty: list[list[int]] = []
 
-    def one_seed(state: dict[str, Tensor], seed_tensors: list[Tensor]) -> Any:
+    def one_seed(state: dict[str, Tensor], seed_tensors: list[Tensor]) -> list[Tensor]:
         seed_leaves = list(leaves)
         for position, tensor in zip(tensor_positions, seed_tensors, strict=True):
             seed_leaves[position] = tensor
         for position, leaf in enumerate(seed_leaves):
             if isinstance(leaf, _ModuleSlot):
                 seed_leaves[position] = call.nets[leaf.index]
-        return torch.func.functional_call(call, state, (spec, seed_leaves))
+        outputs, spec_out = pytree.tree_flatten(torch.func.functional_call(call, state, (spec, seed_leaves)))
+        # vmap returns tensors only: a None output (no critic's values) is put back afterwards.
+        output_spec[:], empty[:] = [spec_out], [[index for index, value in enumerate(outputs) if value is None]]
+        return [value for value in outputs if value is not None]
 
-    return torch.func.vmap(one_seed, randomness="error")(states, tensors)
+    stacked = torch.func.vmap(one_seed, randomness="error")(states, tensors)
+    outputs = iter(stacked)
+    return pytree.tree_unflatten(
+        [None if index in empty[0] else next(outputs) for index in range(len(stacked) + len(empty[0]))], output_spec[0]
+    )
 
 
 #: Each module's parameters and buffers as (name, owning submodule, attribute, is a parameter), found once.
