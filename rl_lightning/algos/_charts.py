@@ -86,7 +86,9 @@ class Charts:
             metrics["charts/SPS"] = (env_steps - self.last_log[1]) / (now - self.last_log[0])
         self.last_log = (now, env_steps)
         if finished.dim() == 2:  # num_seeds > 1: each seed's (3, num_seeds)
-            metrics.update(_seed_episode_charts(finished, module.inactive_seeds()))
+            metrics.update(_seed_episode_charts(finished, sorted(module._diverged_seeds)))
+            if "charts/episodic_return" in metrics:  # seed_index="best"
+                module._seed_scores["train"] = metrics["charts/episodic_return"].tolist()
         elif finished[2].item() > 0:  # a host sync, once per log
             metrics["charts/episodic_return"] = finished[0] / finished[2]
             metrics["charts/episodic_length"] = finished[1] / finished[2]
@@ -99,7 +101,7 @@ class Charts:
                 self.progress[name] = float(value.nanmean() if isinstance(value, Tensor) else value)
 
 
-def _seed_episode_charts(finished: Tensor, inactive: list[int]) -> dict[str, Tensor | float]:
+def _seed_episode_charts(finished: Tensor, diverged: list[int]) -> dict[str, Tensor | float]:
     """The episode charts of a ``num_seeds > 1`` run from each seed's ``(return sum, length sum, episodes)``
     columns: each seed's mean return and length (NaN for a seed without a finished episode; written per seed and as
     their mean by ``seed_metrics``), and the return's aggregates over the seeds that have one and have not diverged
@@ -109,7 +111,7 @@ def _seed_episode_charts(finished: Tensor, inactive: list[int]) -> dict[str, Ten
     returns, lengths = finished[0] / finished[2], finished[1] / finished[2]  # NaN where no episode finished
     if not bool((finished[2] > 0).any()):
         return {}
-    scores = [float("nan") if index in inactive else value for index, value in enumerate(returns.tolist())]
+    scores = [float("nan") if index in diverged else value for index, value in enumerate(returns.tolist())]
     return {
         "charts/episodic_return": returns,
         "charts/episodic_length": lengths,

@@ -51,6 +51,7 @@ def build_seed_members(module: Any, cls: type, args: tuple[Any, ...], kwargs: di
         if arguments.get(name):
             raise ValueError(f"num_seeds > 1 cannot train {why}: use num_seeds=1 with {name}={arguments[name]!r}")
     extra = arguments.pop(_var_keyword(cls), {}) if _var_keyword(cls) else {}
+    object.__setattr__(module, "_seed_arguments", {**arguments, **extra})  # for one_seed_module(0)
     members = []
     for index in range(1, module.num_seeds):
         member_arguments = {**arguments, **extra, "seed": arguments["seed"] + index, "num_seeds": 1}
@@ -159,11 +160,50 @@ class SeedMembers:
         members = self._modules.get("seed_members")
         return [self, *members] if members is not None else [self]
 
-    def seed_module(self, seed_index: int) -> Any:
-        """The module of seed ``seed + seed_index`` (0: this one): its networks act, evaluate, export and save as a
-        one-seed module's do."""
-        check_int("seed_index", seed_index, 0, self.num_seeds - 1)
-        return self.seed_modules()[seed_index]
+    def seed_module(self, seed_index: int | str) -> Any:
+        """The module of seed ``seed + seed_index`` (0: this one), or of the best seed (``"best"``:
+        :meth:`best_seed_index`): its networks act, evaluate and export as a one-seed module's do."""
+        return self.seed_modules()[self.resolve_seed_index(seed_index)]
+
+    def resolve_seed_index(self, seed_index: int | str | None) -> int:
+        """``seed_index`` checked: an index in ``[0, num_seeds)``, ``"best"`` (:meth:`best_seed_index`) or None (0)."""
+        if seed_index is None:
+            return 0
+        if isinstance(seed_index, str):
+            if seed_index != "best":
+                raise ValueError(
+                    f"seed_index must be an int in [0, {self.num_seeds - 1}] or 'best', got {seed_index!r}"
+                )
+            return self.best_seed_index()
+        return check_int("seed_index", seed_index, 0, self.num_seeds - 1)
+
+    def best_seed_index(self) -> int:
+        """The seed with the highest mean return in the newest greedy evaluation of every seed (``Evaluation``), or
+        where none ran yet in the newest finished training episodes; a diverged seed is never the best."""
+        scores = self._seed_scores.get("eval") or self._seed_scores.get("train")
+        if self.num_seeds == 1:
+            return 0
+        if not scores:
+            raise ValueError(
+                "seed_index='best': no seed has a return yet (no greedy evaluation and no finished training episode): "
+                "train first, or pick a seed_index"
+            )
+        ranked = [(score, -index) for index, score in enumerate(scores) if score == score]
+        ranked = [entry for entry in ranked if -entry[1] not in self._diverged_seeds] or ranked
+        return -max(ranked)[1]
+
+    def one_seed_module(self, seed_index: int | str | None = None) -> Any:
+        """Seed ``seed_index``'s agent as a one-seed module (``num_seeds=1``): a member as it is; seed 0 (this module,
+        which also holds the others) a copy of its own networks, normalisers and settings. What ``save_pretrained``
+        and ``push_to_hub`` save."""
+        index = self.resolve_seed_index(seed_index)
+        if index > 0 or self.num_seeds == 1:
+            return self.seed_modules()[index]
+        single = type(self)(**{**self._seed_arguments, "num_seeds": 1})
+        own = {name: value for name, value in self.state_dict().items() if not name.startswith("seed_members.")}
+        single.load_state_dict(own)
+        single.load_extra_checkpoint_state(self.extra_checkpoint_state())
+        return single.to(self.device)
 
     def seed_optimizers(self, configure: Callable[[Any], Any]) -> Any:
         """``configure_optimizers`` of a ``num_seeds > 1`` module: each seed's optimizer merged into one

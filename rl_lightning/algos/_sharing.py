@@ -20,17 +20,23 @@ class PolicySharing:
 
     observation_space: Any
     _inputs: Any
+    resolve_seed_index: Any
+    seed_module: Any
+    one_seed_module: Any
 
     def greedy_policy(self) -> nn.Module:
         raise NotImplementedError
 
-    def export_policy(self, path: str | Path, format: str | None = None) -> Path:
+    def export_policy(self, path: str | Path, format: str | None = None, seed_index: int | str | None = None) -> Path:
         """Save the greedy policy, standalone, to ``path``: a ``torch.export`` program (``.pt2``), ONNX
         (``.onnx``, the ``onnx`` extra) or TorchScript (``.pt``, ``.ts``); ``format`` (``"export"``,
         ``"onnx"``, ``"torchscript"``) overrides the suffix. It maps observations ``(batch, *obs_shape)``
         to the actions ``act(obs, greedy=True)`` gives (a recurrent policy also takes and returns its
         state: ``rl_lightning.export``), with no env, Lightning or rl_lightning needed to run it: in gymnasium's
-        values for a ``Discrete(n, start)`` / ``MultiDiscrete(..., start)`` env (``start + index``)."""
+        values for a ``Discrete(n, start)`` / ``MultiDiscrete(..., start)`` env (``start + index``). ``seed_index``:
+        with ``num_seeds > 1``, the seed's policy (an index or ``"best"``; None: seed 0, this module)."""
+        if seed_index is not None and self.resolve_seed_index(seed_index) > 0:
+            return self.seed_module(seed_index).export_policy(path, format)
         start = getattr(self._inputs.gymnasium_action_space, "start", None)
         example = zeros_like_space(self.observation_space, 2)
         return export_policy(self._standalone_policy(), example, path, format, action_start=start)
@@ -48,14 +54,15 @@ class PolicySharing:
     def _standalone_policy(self) -> nn.Module:
         return copy.deepcopy(self.greedy_policy()).cpu().eval()
 
-    def save_pretrained(self, directory: str | Path, **options: Any) -> Path:
+    def save_pretrained(self, directory: str | Path, seed_index: int | str | None = None, **options: Any) -> Path:
         """Write the module to ``directory`` as the Hub holds it: ``model.safetensors``, ``config.json`` (algorithm,
         env spec, hyper-parameters, evaluation), ``policy.pt2`` / ``policy.onnx``, ``replay.mp4`` and a model card
         ``README.md``. ``options``: ``rl_lightning.hub.save_pretrained``'s (``repo_id``, ``eval_episodes``,
-        ``eval_seed``, ``video_steps``, ``export_formats``)."""
+        ``eval_seed``, ``video_steps``, ``export_formats``). With ``num_seeds > 1``, one seed's agent as a one-seed
+        module: ``seed_index`` (an index or ``"best"``; None: seed 0)."""
         from rl_lightning.hub import save_pretrained
 
-        return save_pretrained(self, directory, **options)
+        return save_pretrained(self.one_seed_module(seed_index), directory, **options)
 
     @classmethod
     def from_pretrained(cls, source: str | Path, **options: Any) -> Any:
@@ -67,10 +74,10 @@ class PolicySharing:
 
         return load_pretrained(source, cls, **options)
 
-    def push_to_hub(self, repo_id: str, **options: Any) -> Any:
+    def push_to_hub(self, repo_id: str, seed_index: int | str | None = None, **options: Any) -> Any:
         """:meth:`save_pretrained`, then upload the folder to the Hub model repo ``repo_id`` (created if need be);
         returns ``huggingface_hub``'s ``CommitInfo``. ``options``: ``rl_lightning.hub.push_to_hub``'s (``private``,
-        ``token``, ``commit_message``, ``local_dir`` and :meth:`save_pretrained`'s)."""
+        ``token``, ``commit_message``, ``local_dir`` and :meth:`save_pretrained`'s); ``seed_index`` as there."""
         from rl_lightning.hub import push_to_hub
 
-        return push_to_hub(self, repo_id, **options)
+        return push_to_hub(self.one_seed_module(seed_index), repo_id, **options)

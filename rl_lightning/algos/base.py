@@ -118,6 +118,7 @@ class RLModule(SeedMembers, PolicySharing, GreedyEvaluation, CheckpointPayload, 
         #: Agents trained in lock-step (seed 0 is this module; ``seed_module``).
         self.num_seeds = check_int("num_seeds", num_seeds, 1)
         self._diverged_seeds: set[int] = set()
+        self._seed_scores: dict[str, list[float]] = {}  # each seed's newest mean return ("eval", "train")
         check_choice("env_backend", env_backend, BACKENDS)
         if env_kwargs is not None and not isinstance(env_kwargs, dict):
             raise TypeError(f"env_kwargs must be a dict or None, got {type(env_kwargs).__name__}")
@@ -406,7 +407,9 @@ class RLModule(SeedMembers, PolicySharing, GreedyEvaluation, CheckpointPayload, 
     # -- acting ---------------------------------------------------------------------------
 
     @torch.no_grad()
-    def act(self, obs: Any, greedy: bool = False, action_mask: Any = None) -> Tensor | np.ndarray | np.generic:
+    def act(
+        self, obs: Any, greedy: bool = False, action_mask: Any = None, seed_index: int | str | None = None
+    ) -> Tensor | np.ndarray | np.generic:
         """Actions for observations ``(*batch, *obs_shape)`` (one observation gives one action): the
         most likely ones if ``greedy``, else sampled from the policy (with torch's global RNG).
 
@@ -422,9 +425,13 @@ class RLModule(SeedMembers, PolicySharing, GreedyEvaluation, CheckpointPayload, 
                 they come from ``info["action_mask"]`` (Taxi), optional where the observation has an
                 ``"action_mask"`` key (it then replaces that key).
 
+            seed_index: with ``num_seeds > 1``, the seed that acts (``seed_module``; None: seed 0, this module).
+
         Returns:
             ``(*batch, *action_shape)``: int64 for ``Discrete`` actions, float32 for ``Box``.
         """
+        if seed_index is not None and self.resolve_seed_index(seed_index) > 0:
+            return self.seed_module(seed_index).act(obs, greedy, action_mask)
         check_bool("greedy", greedy)
         tensor_in = is_tensor_input(obs)
         obs, batch_shape = self._inputs.batch(obs, action_mask, self.device)

@@ -315,13 +315,15 @@ class PPOModule(OnPolicyModule):
         state: Tensor | None = None,
         episode_start: Any = None,
         action_mask: Any = None,
+        seed_index: int | str | None = None,
     ) -> Any:
         """Actions for ``obs`` as :meth:`RLModule.act`; for a recurrent policy also the state: it
         takes the ``state`` from the previous call (None: zeros) and ``episode_start`` (bool per
         observation: zero the state first; None: no new episode) and returns ``(actions, state)``
-        (the actions numpy for a numpy observation, the state always a tensor)."""
+        (the actions numpy for a numpy observation, the state always a tensor). ``seed_index``: with ``num_seeds > 1``,
+        the seed that acts (None: seed 0, this module)."""
         if not self.recurrent:
-            return super().act(obs, greedy, action_mask)
+            return super().act(obs, greedy, action_mask, seed_index)
         check_bool("greedy", greedy)
         tensor_in = is_tensor_input(obs)
         obs, batch_shape = self._inputs.batch(obs, action_mask, self.device)

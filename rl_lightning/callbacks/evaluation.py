@@ -64,6 +64,7 @@ def evaluate_policy(
     device: torch.device | str = "cpu",
     max_episode_steps: int | None = None,
     every_64_steps: Callable[[int], bool] | None = None,
+    seed_index: int | str | None = None,
 ) -> EvalResult:
     """Run ``num_episodes`` complete episodes with a greedy policy and return their returns.
 
@@ -82,11 +83,14 @@ def evaluate_policy(
             ``NO_TIME_LIMIT_EVAL_STEPS`` (1,000) for an env without one (a warning says when
             episodes were cut there: their returns are partial).
         every_64_steps: :func:`~rl_lightning.playing.play_greedy`'s hook (progress, a stop: ``PlayStopped``).
+        seed_index: a ``num_seeds > 1`` module's seed that plays (an index or ``"best"``; None: seed 0).
 
     Returns:
         float32 ``(num_episodes,)`` returns and lengths of each episode; ``.mean`` and ``.std`` of
         the returns as floats.
     """
+    if seed_index is not None:
+        policy = policy.seed_module(seed_index)
     if max_episode_steps is not None:
         check_int("max_episode_steps", max_episode_steps, 1)
     act = _greedy(policy)
@@ -311,6 +315,7 @@ class Evaluation(L.Callback):
         if len(seeds) > 1:
             returns = [metrics["eval/episodic_return"] for metrics in seeds]
             self.last_metrics.update(seed_aggregates("eval/episodic_return", returns))
+            pl_module._seed_scores["eval"] = returns  # seed_index="best"
             self.last_metrics.update(
                 {f"eval_per_seed/episodic_return/seed_{index}": value for index, value in enumerate(returns)}
             )

@@ -104,7 +104,7 @@ def test_a_diverged_seed_is_masked_and_the_others_go_on():
 
     diverge = Diverge()
     multi = PPOModule(seed=SEED, num_seeds=NUM_SEEDS, **settings)
-    with pytest.warns(RuntimeWarning, match="seed index 1 .seed 6. diverged"):
+    with pytest.warns(RuntimeWarning, match=r"seed index 1 \(seed 6\) diverged"):
         trainer = quiet_trainer(max_steps=32, callbacks=[diverge])
         trainer.fit(multi)
     assert trainer.global_step == 32
@@ -197,4 +197,37 @@ def test_seed_module_checks_its_index():
     with pytest.raises(ValueError, match="seed_index must be <= 1"):
         module.seed_module(2)
     with pytest.raises(TypeError, match="seed_index must be an int"):
+        module.seed_module(1.0)
+    with pytest.raises(ValueError, match=r"seed_index must be an int in \[0, 1\] or 'best'"):
         module.seed_module("1")
+
+
+def test_one_seed_acts_exports_evaluates_and_saves_as_its_one_seed_module(tmp_path):
+    """``seed_index`` picks the seed that acts, exports, evaluates and saves (``"best"``: the best evaluated one);
+    seed 0 is the module itself, saved as a one-seed module."""
+    multi = PPOModule(seed=SEED, num_seeds=3, num_envs=8, num_steps_per_rollout=32)
+    evaluation = Evaluation(every_n_env_steps=256, num_eval_episodes=4)
+    quiet_trainer(max_steps=16, callbacks=[evaluation]).fit(multi)
+    obs = torch.randn(5, 4)
+    for index in range(3):
+        member = multi.seed_module(index)
+        expected = member.model.actor.head.mode(member.model.actor(obs))
+        assert torch.equal(multi.act(obs, greedy=True, seed_index=index), expected)
+        path = multi.export_policy(tmp_path / f"policy_{index}.pt2", seed_index=index)
+        assert torch.equal(torch.export.load(path).module()(obs), expected)
+    returns = [evaluation.last_metrics[f"eval_per_seed/episodic_return/seed_{index}"] for index in range(3)]
+    best = max(range(3), key=lambda index: (returns[index], -index))
+    assert multi.best_seed_index() == best and multi.seed_module("best") is multi.seed_module(best)
+    result = evaluate_policy(multi, "CartPole-v1", num_episodes=4, seed=evaluation.seed, seed_index="best")
+    assert result.mean == returns[best]
+    single = multi.one_seed_module(0)
+    assert single.num_seeds == 1 and single.hparams.seed == SEED and not hasattr(single, "seed_members")
+    for ours, theirs in zip(single.parameters(), multi.model.parameters(), strict=True):
+        assert torch.equal(ours, theirs)
+    with pytest.raises(ValueError, match=r"seed_index must be an int in \[0, 2\] or 'best'"):
+        multi.act(obs, seed_index="worst")
+
+
+def test_best_seed_needs_a_return():
+    with pytest.raises(ValueError, match="no seed has a return yet"):
+        PPOModule(num_seeds=2).seed_module("best")
