@@ -354,10 +354,24 @@ def report(trainer: L.Trainer, module: Any, seconds: float, run_dir: str | None 
         f"  best checkpoint:  {best}",
         f"  last checkpoint:  {last}" + (f"  (resume: {resume})" if resume else ""),
     ]
+    if evaluation is not None and evaluation.seed_history and threshold is not None:
+        lines.insert(1, _seeds_line(evaluation.seed_history, threshold))
     video_dir = video.video_dir if video is not None else None
     if video is not None and (video_dir is not None or log_dir is not None):
         lines.append(f"  videos:           {video_dir or Path(log_dir) / 'videos'} ({len(video.video_paths)} mp4)")
     return "\n".join(lines + logger_lines(trainer))
+
+
+def _seeds_line(history: list[tuple[int, list[float]]], threshold: float) -> str:
+    """How many seeds of a ``num_seeds > 1`` run reached ``threshold`` in a greedy evaluation, and when."""
+    num_seeds = len(history[-1][1])
+    first = [
+        next((steps for steps, returns in history if returns[index] >= threshold), None) for index in range(num_seeds)
+    ]
+    solved = sorted((steps, index) for index, steps in enumerate(first) if steps is not None)
+    when = ", ".join(f"seed index {index} at {steps:,}" for steps, index in solved) or "none"
+    finals = " / ".join(f"{returns:.0f}" for returns in history[-1][1])
+    return f"  seeds: {len(solved)} of {num_seeds} reached {threshold:g} ({when}); last evaluation {finals}"
 
 
 #: Lightning's start-up lines the scripts and the CLI leave out: device availability, adverts, and the

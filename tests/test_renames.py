@@ -49,25 +49,26 @@ RENAME_IDS = [f"{module.__name__}.{old}" for module, old, _, _ in RENAMES]
 HISTORY = {
     VPGModule: "env_id num_envs num_steps_per_rollout lr gamma normalize_returns use_iw clip_coef rollout_use_count "
     "num_batches_per_rollout rollouts_per_epoch full_reset use_lr_decay lr_end lr_frac hidden_sizes adam_eps seed "
-    "network env_backend env_kwargs importance_weighting iw_clip anneal_lr compile",
+    "network env_backend env_kwargs importance_weighting iw_clip anneal_lr compile num_seeds",
     DQNModule: "env_id num_envs buffer_size batch_size learning_starts steps_per_train steps_per_epoch gamma lr "
     "target_update_env_steps tau epsilon_start epsilon_end exploration_fraction double_dqn loss seed hidden_sizes "
     "checkpoint_buffer max_grad_norm network env_backend env_kwargs train_freq gradient_steps n_step compile "
-    "frame_replay updates_per_step prioritized prioritized_alpha prioritized_beta",
+    "frame_replay updates_per_step prioritized prioritized_alpha prioritized_beta num_seeds",
     PPOModule: "env_id num_envs num_steps_per_rollout lr anneal_lr gamma gae_lambda update_epochs num_minibatches "
     "clip_coef clip_vloss ent_coef vf_coef max_grad_norm target_kl norm_adv normalize_obs normalize_rewards "
     "shared_encoder hidden_sizes activation adam_eps seed network env_backend env_kwargs recurrent core_size lr_end "
-    "lr_frac compile",
+    "lr_frac compile num_seeds",
     SACModule: "env_id num_envs buffer_size batch_size learning_starts train_freq gradient_steps steps_per_epoch "
     "gamma n_step lr tau alpha alpha_init target_entropy num_critics hidden_sizes max_grad_norm seed "
-    "checkpoint_buffer env_backend env_kwargs compile updates_per_step prioritized prioritized_alpha prioritized_beta",
+    "checkpoint_buffer env_backend env_kwargs compile updates_per_step prioritized prioritized_alpha prioritized_beta "
+    "num_seeds",
     TD3Module: "env_id num_envs buffer_size batch_size learning_starts train_freq gradient_steps steps_per_epoch "
     "gamma n_step lr tau policy_delay target_noise target_noise_clip exploration_noise num_critics hidden_sizes "
     "max_grad_norm seed checkpoint_buffer env_backend env_kwargs compile updates_per_step prioritized "
-    "prioritized_alpha prioritized_beta",
+    "prioritized_alpha prioritized_beta num_seeds",
     TargetNetworkSync: "every_n_env_steps tau online_attr target_attr every_n_train_steps",
     QNetwork: "obs_shape num_actions hidden_sizes observation_space action_space network",
-    evaluate_policy: "act env_id num_episodes seed device max_episode_steps env policy every_64_steps",
+    evaluate_policy: "act env_id num_episodes seed device max_episode_steps env policy every_64_steps seed_index",
     PolicyNetwork: "obs_shape num_actions hidden_sizes observation_space action_space network activation",
     GreedyPolicy: "network normalizer q_values",
     compute_returns: "rewards dones gamma",  # the seeds: compute_returns(rewards, done, gamma)
@@ -162,7 +163,11 @@ def test_an_unknown_keyword_is_still_a_type_error_and_the_signature_the_real_one
     spec = inspect.getfullargspec(DQNModule.__init__)  # what Lightning's load_from_checkpoint filters by
     assert spec.varkw is None and "train_freq" in spec.args
     assert DQNModule.__init__.__doc__ == inspect.unwrap(DQNModule.__init__).__doc__
-    assert PPOModule.__init__ is inspect.unwrap(PPOModule.__init__)  # no renames: not wrapped
+    # no renames: only num_seeds' wrapper (rl_lightning.algos._seeds), with the real signature and doc
+    real = inspect.unwrap(PPOModule.__init__)
+    assert inspect.signature(PPOModule.__init__) == inspect.signature(real)
+    assert inspect.getfullargspec(PPOModule.__init__) == inspect.getfullargspec(real)
+    assert PPOModule.__init__.__doc__ == real.__doc__
 
 
 def test_a_subclass_keeps_its_own_arguments_in_hparams_and_takes_the_former_names():

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_lightning._checks import check_int
+from rl_lightning.deprecations import _InitLink
 from rl_lightning.per_seed import per_seed
 
 #: What a ``num_seeds > 1`` run cannot do yet, and why (checked where the run starts).
@@ -274,13 +275,17 @@ def builds_seed_members(cls: type, init: Callable[..., None]) -> Callable[..., N
     """``cls.__init__`` that, where it is the most derived ``__init__`` of the module built, builds the seed members
     after it (``num_seeds > 1``), from the same arguments."""
 
+    __class__ = _InitLink  # the wrapper frame's __class__: save_hyperparameters collects a subclass's arguments
+
     @functools.wraps(init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # named __init__: save_hyperparameters checks
+        __class__  # noqa: B018 (a free variable of this frame: see deprecations._InitLink)
         init(self, *args, **kwargs)
         outermost = next(klass for klass in type(self).__mro__ if "__init__" in vars(klass)) is cls
         if outermost and self.num_seeds > 1 and "seed_members" not in self._modules:
             build_seed_members(self, type(self), args, kwargs)
 
+    __init__.__signature__ = inspect.signature(init)  # type: ignore[attr-defined]
     return __init__
 
 

@@ -44,6 +44,7 @@ from rl_lightning.callbacks.guard import RunGuard
 from rl_lightning.checkpoints import StepInNames
 from rl_lightning.compiling import CompiledFunctions, check_compile
 from rl_lightning.data.rollout import RolloutTensors
+from rl_lightning.data.seed_sources import latest_rollout_of
 from rl_lightning.data.source import EnvSource, SourceLoader
 from rl_lightning.deprecations import wrap_init
 from rl_lightning.envs.base import VectorEnv
@@ -267,9 +268,9 @@ class RLModule(SeedMembers, PolicySharing, GreedyEvaluation, CheckpointPayload, 
 
     def latest_rollout(self) -> RolloutTensors | None:
         """The newest on-policy rollout of the training envs, as the envs gave it (None for off-policy
-        algorithms, whose sources have no ``collection``)."""
-        collection = getattr(self.source, "collection", None)
-        return None if collection is None else collection.rollout
+        algorithms, whose sources have no ``collection``); with ``num_seeds > 1`` the first env of each seed
+        (``GridVideoLogger``: a cell per seed)."""
+        return latest_rollout_of(getattr(self.source, "sources", [self.source]))
 
     def train_dataloader(self) -> SourceLoader:
         # A reload (Trainer(reload_dataloaders_every_n_epochs=...)) or a second fit keeps the

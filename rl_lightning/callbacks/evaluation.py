@@ -274,6 +274,8 @@ class Evaluation(L.Callback):
         self.last_metrics: dict[str, float] = {}
         #: Every evaluation as (env_steps, mean return).
         self.history: list[tuple[int, float]] = []
+        #: With ``num_seeds > 1``: every evaluation as (env_steps, each seed's mean return).
+        self.seed_history: list[tuple[int, list[float]]] = []
         #: Every confirmation on fresh episodes (:meth:`confirm`) as (env_steps, mean return).
         self.confirmations: list[tuple[int, float]] = []
         #: The latest confirmation's mean, standard deviation and episodes, over every process (None before one).
@@ -316,6 +318,7 @@ class Evaluation(L.Callback):
             returns = [metrics["eval/episodic_return"] for metrics in seeds]
             self.last_metrics.update(seed_aggregates("eval/episodic_return", returns))
             pl_module._seed_scores["eval"] = returns  # seed_index="best"
+            self.seed_history.append((pl_module.env_steps, returns))
             self.last_metrics.update(
                 {f"eval_per_seed/episodic_return/seed_{index}": value for index, value in enumerate(returns)}
             )
@@ -444,6 +447,7 @@ class Evaluation(L.Callback):
             "history": self.history,
             "last_metrics": self.last_metrics,
             "confirmations": self.confirmations,
+            "seed_history": self.seed_history,
         }
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -451,6 +455,7 @@ class Evaluation(L.Callback):
         self.history = list(state_dict["history"])
         self.last_metrics = dict(state_dict["last_metrics"])
         self.confirmations = list(state_dict.get("confirmations", []))  # none in a checkpoint from before them
+        self.seed_history = list(state_dict.get("seed_history", []))
 
 
 class Confirmation(NamedTuple):

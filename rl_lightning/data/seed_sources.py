@@ -13,6 +13,7 @@ from torch import Tensor
 from torch.utils.data import IterableDataset
 
 from rl_lightning.data._fused_collection import fuses_together, play_fused_together
+from rl_lightning.data.rollout import RolloutTensors
 from rl_lightning.data.source import EnvSource
 from rl_lightning.per_seed import call_per_seed, per_seed
 
@@ -216,3 +217,15 @@ class SeedEpisodes:
     def pop(self) -> Tensor:
         """Each seed's (return sum, length sum, episodes) since the last pop, as columns."""
         return torch.stack([tracker.pop() for tracker in self.trackers], dim=1)
+
+
+def latest_rollout_of(sources: Sequence[Any]) -> RolloutTensors | None:
+    """The newest rollout of one source, or of several seeds' the first env of each (None: a replay source's, or
+    none collected yet)."""
+    collections = [getattr(source, "collection", None) for source in sources]
+    if any(collection is None for collection in collections):
+        return None
+    if len(collections) == 1:
+        return collections[0].rollout
+    firsts = [collection.rollout.select_envs(slice(0, 1)) for collection in collections]
+    return RolloutTensors(*(None if field[0] is None else torch.cat(field) for field in zip(*firsts, strict=True)))

@@ -231,3 +231,16 @@ def test_one_seed_acts_exports_evaluates_and_saves_as_its_one_seed_module(tmp_pa
 def test_best_seed_needs_a_return():
     with pytest.raises(ValueError, match="no seed has a return yet"):
         PPOModule(num_seeds=2).seed_module("best")
+
+
+def test_a_subclass_builds_its_seeds_with_its_own_arguments():
+    class Mine(DQNModule):
+        def __init__(self, extra: int = 3, **kwargs):
+            super().__init__(**kwargs)
+            self.extra = extra
+
+    module = Mine(extra=5, num_seeds=3, seed=SEED, **SETTINGS["dqn"][1])
+    assert [type(m) for m in module.seed_modules()] == [Mine] * 3
+    assert [m.extra for m in module.seed_modules()] == [5, 5, 5]
+    assert [m.hparams.seed for m in module.seed_modules()] == [SEED, SEED + 1, SEED + 2]
+    assert module.hparams.extra == 5 and module.hparams.num_seeds == 3
