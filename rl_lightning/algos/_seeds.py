@@ -52,10 +52,12 @@ def build_seed_members(module: Any, cls: type, args: tuple[Any, ...], kwargs: di
         if arguments.get(name):
             raise ValueError(f"num_seeds > 1 cannot train {why}: use num_seeds=1 with {name}={arguments[name]!r}")
     extra = arguments.pop(_var_keyword(cls), {}) if _var_keyword(cls) else {}
-    object.__setattr__(module, "_seed_arguments", {**arguments, **extra})  # for one_seed_module(0)
+    arguments = {**arguments, **extra}
+    object.__setattr__(module, "_seed_arguments", arguments)  # for one_seed_module(0)
+    seed = module.hparams.get("seed", arguments.get("seed"))  # a subclass may pass it on in its **kwargs
     members = []
     for index in range(1, module.num_seeds):
-        member_arguments = {**arguments, **extra, "seed": arguments["seed"] + index, "num_seeds": 1}
+        member_arguments = {**arguments, "seed": seed + index, "num_seeds": 1}
         if isinstance(member_arguments.get("network"), nn.Module):
             import copy
 
