@@ -6,7 +6,8 @@
 #      env's compiled training-path step, CartPole next to gymnax, DQN/SAC/TD3 ms per update, VPG/PPO GPU vs CPU);
 #   3. the engine table on the GPU (benchmarks/bench_engine.py --device cuda: lightning, compile=True,
 #      whole_update, plain loop, SB3 on the CPU);
-#   4. benchmarks/bench_gpu.py (env throughput next to gymnax, time to solve on GPU and CPU, bf16), with what is
+#   4. issue 49's many seeds (benchmarks/bench_seeds.py: PPO CartPole with 1, 16 and 256 seeds in one process);
+#   5. benchmarks/bench_gpu.py (env throughput next to gymnax, time to solve on GPU and CPU, bf16), with what is
 #      left of the budget.
 # It ends with the goals' table (target / measured / met / how). Each step's log (and gpu_goals.md, gpu.md,
 # engine_cuda.md) goes to $OUT (or benchmarks/results/). Meant for a GPU machine whose torch has CUDA; needs this
@@ -46,8 +47,11 @@ timeout "$(cap 150)" "$python" benchmarks/gpu_goals.py --device "$device" "${qui
 echo "== engine table on $device"
 timeout "$(cap 90)" "$python" benchmarks/bench_engine.py --device "$device" --repeats 1 "${quick[@]}" \
     --out "$out/engine_$device.md" 2>&1 | quiet | tee "$out/engine_bench.log" | tail -n 40
+echo "== issue 49: many seeds in one process on $device (PPO CartPole, 1 / 16 / 256 seeds)"
+timeout "$(cap 100)" "$python" benchmarks/bench_seeds.py --device "$device" --rows ppo_cartpole --seeds 1 16 256 \
+    "${quick[@]}" --out "$out/seeds_$device.md" 2>&1 | quiet | tee "$out/seeds_bench.log" | tail -n 12
 echo "== bench_gpu.py on $device"
-timeout "$(cap 120)" "$python" benchmarks/bench_gpu.py --device "$device" "${quick[@]}" --out "$out/gpu.md" 2>&1 \
+timeout "$(cap 100)" "$python" benchmarks/bench_gpu.py --device "$device" "${quick[@]}" --out "$out/gpu.md" 2>&1 \
     | quiet | tee "$out/gpu_bench.log" | tail -n 40
 echo "== gpu.sh: $SECONDS s; issue 48's goals:"
 cat "$out/gpu_goals.md" 2>/dev/null || echo "(no goals table: its step did not run)"

@@ -442,6 +442,14 @@ def check_checkpoint_fits(checkpoint: dict[str, Any], algorithm: str, hparams: A
         raise ValueError(
             f"the checkpoint was trained on env_id {env_id!r} but this {algorithm} is built for {hparams.env_id!r}"
         )
+    # the payload's count: load_from_checkpoint(path, num_seeds=...) overwrites the hyper-parameters'
+    saved_seeds, own_seeds = payload.get("num_seeds", saved_hparams.get("num_seeds", 1)), hparams.get("num_seeds", 1)
+    if saved_seeds != own_seeds:
+        raise ValueError(
+            f"the checkpoint holds num_seeds={saved_seeds} agents, this {algorithm} has num_seeds={own_seeds}: load it "
+            f"with num_seeds={saved_seeds} (load_from_checkpoint takes it from the checkpoint; then seed_module(i) or "
+            "one_seed_module(i) is one seed's agent)"
+        )
     saved_state = checkpoint.get("state_dict", {})
     built = f"it was built with {_network_settings(saved_hparams)} for {env_id!r}, this module with " + (
         f"{_network_settings(hparams)} for {hparams.env_id!r}"

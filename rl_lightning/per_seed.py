@@ -103,6 +103,8 @@ _STATE_SLOTS: weakref.WeakKeyDictionary[nn.Module, list[tuple[str, nn.Module, st
 def _states(module: nn.Module) -> dict[str, Tensor]:
     """``module``'s parameters and buffers by name (``named_parameters`` walks the module tree at every call; the
     slots are found once, and read each time: ``.to()`` replaces buffer tensors)."""
+    if torch.compiler.is_compiling():  # traced: no guard on the cache (a global whose contents come and go)
+        return {**dict(module.named_parameters()), **dict(module.named_buffers())}
     slots = _STATE_SLOTS.get(module)
     if slots is None:
         slots = []

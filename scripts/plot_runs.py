@@ -25,6 +25,9 @@ numbers are reproducible), markers at the env steps where the tag was logged, an
 started. The numbers behind the env-steps panel go to a CSV (``--csv``, default: the PNG's path
 with ``.csv``) with the columns label, env_steps, iqm (or mean), ci_low, ci_high, num_runs.
 
+A ``num_seeds > 1`` run (one process training several seeds) counts as one run per seed: its per-seed scalars
+(``charts_per_seed/episodic_return/seed_<i>``, ``eval_per_seed/episodic_return/seed_<i>``) are read for the tag.
+
 Env steps: a run with the scalar ``charts/env_steps`` (older runs, which logged against the
 global step) has each point's global step mapped to env steps through it; otherwise the event's
 step is the env-step count (the current logging convention).
@@ -187,6 +190,19 @@ def load_curve(run_dir: str | Path, tag: str, env_steps_tag: str = ENV_STEPS_TAG
     order = np.argsort(logged_steps, kind="stable")
     env_steps = np.interp(steps, logged_steps[order], logged_env_steps[order])
     return Curve(env_steps, wall_times - start_time, values, has_env_steps=True)
+
+
+def load_seed_curves(run_dir: str | Path, tag: str, env_steps_tag: str = ENV_STEPS_TAG) -> list[Curve]:
+    """A run's curves of ``tag``: one per seed for a ``num_seeds > 1`` run (its per-seed scalars,
+    ``<group>_per_seed/<name>/seed_<i>``: ``charts_per_seed/episodic_return/seed_3``, ``eval_per_seed/...``), each
+    counted as a run of its own; otherwise the one :func:`load_curve` reads."""
+    group, _, name = tag.partition("/")
+    prefix = f"{group}_per_seed/{name or group}/seed_"
+    seeds = [t for t in _scalar_tags(_read_run(run_dir)) if t.startswith(prefix) and t[len(prefix) :].isdigit()]
+    seeds.sort(key=lambda seed_tag: int(seed_tag[len(prefix) :]))
+    return [load_curve(run_dir, seed_tag, env_steps_tag) for seed_tag in seeds] or [
+        load_curve(run_dir, tag, env_steps_tag)
+    ]
 
 
 # -- the numbers ----------------------------------------------------------------------------
@@ -436,10 +452,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         labels += [group[0]] * (len(group) - 1)
     if not run_dirs:
         parser.error("give runs: --run LABEL RUN_DIR [RUN_DIR ...] (repeatable) or RUN_DIR ... [--labels NAME ...]")
-    try:
-        curves = [load_curve(run_dir, args.tag, args.env_steps_tag) for run_dir in run_dirs]
+    try:  # a num_seeds > 1 run: each of its seeds a run of the group
+        seed_curves = [load_seed_curves(run_dir, args.tag, args.env_steps_tag) for run_dir in run_dirs]
     except ValueError as error:
         parser.error(str(error))
+    curves = [curve for run_curves in seed_curves for curve in run_curves]
+    labels = [label for label, run_curves in zip(labels, seed_curves, strict=True) for _ in run_curves]
     csv_path = args.csv or str(Path(args.out).with_suffix(".csv"))
     for path in (args.out, csv_path):
         try:

@@ -313,3 +313,19 @@ def test_a_run_without_event_files_in_a_directory_of_runs_is_skipped_with_a_warn
     assert exit_info.value.code == 2 and f"no TensorBoard event files (events.out.tfevents.*) under {empty}" in (
         capsys.readouterr().err
     )
+
+
+def test_a_run_of_several_seeds_counts_each_seed_as_a_run(tmp_path):
+    """A num_seeds > 1 run logs each seed's value under <group>_per_seed/<name>/seed_<i>: each is one run."""
+    writer = SummaryWriter(log_dir=str(tmp_path / "seeds"))
+    for step, values in enumerate([(10.0, 20.0, 30.0), (40.0, 50.0, 60.0)]):
+        writer.add_scalar("eval/episodic_return", sum(values) / 3, step * 100)
+        for index, value in enumerate(values):
+            writer.add_scalar(f"eval_per_seed/episodic_return/seed_{index}", value, step * 100)
+    writer.close()
+    curves = plot_runs.load_seed_curves(tmp_path / "seeds", "eval/episodic_return")
+    assert [curve.values.tolist() for curve in curves] == [[10.0, 40.0], [20.0, 50.0], [30.0, 60.0]]
+    out = tmp_path / "curves.png"
+    plot_runs.main([str(tmp_path / "seeds"), "--tag", "eval/episodic_return", "--out", str(out), "--stat", "mean"])
+    _, rows = _read_csv(out.with_suffix(".csv"))
+    assert [float(row["mean"]) for row in rows] == [20.0, 50.0] and {row["num_runs"] for row in rows} == {"3"}

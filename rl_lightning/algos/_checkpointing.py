@@ -38,6 +38,7 @@ def save_payload(module: Any, checkpoint: dict[str, Any]) -> None:
         "algorithm": module.algorithm_name(),
         "env_id": module.hparams.env_id,
         "env_steps": module.env_steps,
+        "num_seeds": module.num_seeds,
         "sources": gather_over_ranks(state, module.world_size) if module.source is not None else None,
         **module.extra_checkpoint_state(),
     }

@@ -244,3 +244,42 @@ def test_a_subclass_builds_its_seeds_with_its_own_arguments():
     assert [m.extra for m in module.seed_modules()] == [5, 5, 5]
     assert [m.hparams.seed for m in module.seed_modules()] == [SEED, SEED + 1, SEED + 2]
     assert module.hparams.extra == 5 and module.hparams.num_seeds == 3
+
+
+def test_a_checkpoint_of_several_seeds_loads_every_seed_and_refuses_another_count(tmp_path):
+    module = PPOModule(seed=SEED, num_seeds=2, num_envs=8, num_steps_per_rollout=32)
+    trainer = quiet_fit(module, 16)
+    trainer.save_checkpoint(tmp_path / "seeds.ckpt")
+    loaded = PPOModule.load_from_checkpoint(tmp_path / "seeds.ckpt")
+    assert loaded.num_seeds == 2 and loaded.seed_module(1).hparams.seed == SEED + 1
+    for name, value in module.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value), name
+    with pytest.raises(ValueError, match="the checkpoint holds num_seeds=2 agents, this PPOModule has num_seeds=3"):
+        PPOModule.load_from_checkpoint(tmp_path / "seeds.ckpt", num_seeds=3)
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_compile_runs_the_seeds_batched_computation_compiled_equal_to_eager(name):
+    """compile=True compiles the vmapped loss (and PPO's lock-step collection): the same weights as eager (aot_eager
+    traces the same graphs without inductor's code generation)."""
+    module_class, settings, max_steps = SETTINGS[name]
+    compiled = module_class(seed=SEED, num_seeds=2, compile={"backend": "aot_eager"}, **settings)
+    with pytest.warns(UserWarning, match="num_seeds > 1 steps each seed's parameters apart"):
+        quiet_fit(compiled, max_steps // 2)
+    assert any(name.endswith("_per_seed") for name in compiled.compile_seconds)
+    eager = module_class(seed=SEED, num_seeds=2, **settings)
+    quiet_fit(eager, max_steps // 2)
+    for ours, theirs in zip(compiled.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(ours, theirs, atol=WEIGHT_TOLERANCE, rtol=0)
+
+
+def test_bf16_mixed_trains_every_seed():
+    module = PPOModule(seed=SEED, num_seeds=2, num_envs=8, num_steps_per_rollout=32)
+    before = [p.detach().clone() for p in module.parameters()]
+    trainer = quiet_trainer(max_steps=16, precision="bf16-mixed")
+    trainer.fit(module)
+    assert trainer.global_step == 16
+    for index in range(2):  # every seed moved, and stayed finite
+        weights = list(module.seed_module(index).model.parameters())
+        assert all(torch.isfinite(w).all() for w in weights)
+    assert all(not torch.equal(b, a) for b, a in zip(before, module.parameters(), strict=True))

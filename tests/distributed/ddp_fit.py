@@ -1,7 +1,7 @@
 """Run by tests/distributed/test_ddp.py: fit VPG (or PPO) with Trainer(devices=2, strategy=...) on
 CPU (gloo) and write each rank's final weights and counters to OUT_DIR/rank<k>.pt.
 
-    python ddp_fit.py OUT_DIR STRATEGY [vpg|ppo|sac|td3]
+    python ddp_fit.py OUT_DIR STRATEGY [vpg|ppo|ppo_seeds|ppo_seed5|sac|td3]
 """
 
 import sys
@@ -34,10 +34,11 @@ def main() -> None:
     out_dir, strategy = Path(sys.argv[1]), sys.argv[2]
     algo = sys.argv[3] if len(sys.argv) > 3 else "vpg"
     torch.set_num_threads(1)
-    if algo == "ppo":  # running statistics are all-reduced: identical on both ranks
-        module = PPOModule(
-            num_envs=8, num_steps_per_rollout=25, update_epochs=2, num_minibatches=2, normalize_obs=True, seed=4
-        )
+    if algo.startswith("ppo"):  # running statistics are all-reduced: identical on both ranks
+        # ppo_seeds: seeds 4 and 5 in one run (num_seeds=2); ppo_seed5: seed 5 alone
+        seeds = {"ppo_seeds": {"num_seeds": 2}, "ppo_seed5": {"seed": 5}}.get(algo, {})
+        settings = dict(num_envs=8, num_steps_per_rollout=25, update_epochs=2, num_minibatches=2, normalize_obs=True)
+        module = PPOModule(**{**settings, "seed": 4, **seeds})
     elif algo in ("sac", "td3"):  # each rank its own buffer and envs; one optimizer, gradients averaged
         cls = SACModule if algo == "sac" else TD3Module
         module = cls(num_envs=2, buffer_size=500, batch_size=32, learning_starts=32, hidden_sizes=(16, 16), seed=4)

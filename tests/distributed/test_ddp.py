@@ -52,6 +52,24 @@ def test_ppo_ddp_two_cpu_processes_agree_on_weights_and_running_statistics(tmp_p
         torch.testing.assert_close(tensor, rank1["state_dict"][name], rtol=0, atol=0, msg=name)
 
 
+def test_ppo_ddp_with_two_seeds_each_seed_equals_its_one_seed_ddp_run(tmp_path):
+    """num_seeds=2 under DDP: seeds x ranks. Both ranks hold identical weights and statistics for every seed, and
+    seed 1 (seed 5) equals a one-seed DDP run with seed 5: its envs on rank r seeded 5 + r * num_envs there too."""
+    (tmp_path / "seeds").mkdir()
+    (tmp_path / "alone").mkdir()
+    rank0, rank1 = _run(tmp_path / "seeds", "ddp", "ppo_seeds")
+    alone, _ = _run(tmp_path / "alone", "ddp", "ppo_seed5")
+    assert rank0["global_step"] == rank1["global_step"] == 4
+    assert rank0["env_steps"] == rank1["env_steps"] == 8 * 25 * 2  # one seed's env steps (each seed took as many)
+    for name, tensor in rank0["state_dict"].items():
+        torch.testing.assert_close(tensor, rank1["state_dict"][name], rtol=0, atol=0, msg=name)
+    for name, tensor in alone["state_dict"].items():
+        torch.testing.assert_close(rank0["state_dict"][f"seed_members.0.{name}"], tensor, rtol=0, atol=1e-5, msg=name)
+    assert not torch.equal(
+        rank0["state_dict"]["obs_normalizer.stats.mean"], alone["state_dict"]["obs_normalizer.stats.mean"]
+    )
+
+
 def test_sac_ddp_two_cpu_processes_end_with_identical_weights_and_their_own_buffers(tmp_path):
     """4 updates; rank r's envs seeded apart, so the buffers differ, but the averaged gradients keep
     actor, critics, temperature and targets identical. Env steps: 32 random (8 vector steps of 2 envs on
