@@ -266,10 +266,15 @@ def start_line(trainer: L.Trainer, module: Any, note: str | None = None, run_dir
 
     parameters = sum(p.numel() for p in module.parameters() if p.requires_grad)
     envs = counted(module.hparams.num_envs, "env")
+    seeds = getattr(module, "num_seeds", 1)
+    if seeds > 1:  # each seed its own envs; the budget is each seed's
+        seed = module.hparams.seed
+        envs = f"{counted(seeds, 'seed')} ({seed}..{seed + seeds - 1}) x {envs}"
     if trainer.world_size > 1:
         envs += f" x {counted(trainer.world_size, 'process', 'processes')}"
     try:
         budget = f"up to {counted(planned_env_steps(trainer, module, 'the run'), 'env step')}"
+        budget += " each" if seeds > 1 else ""
         budget += f" ({counted(planned_updates(trainer, module), 'update')})"
     except ValueError:
         budget = "no set length"
@@ -354,7 +359,7 @@ def report(trainer: L.Trainer, module: Any, seconds: float, run_dir: str | None 
         f"  best checkpoint:  {best}",
         f"  last checkpoint:  {last}" + (f"  (resume: {resume})" if resume else ""),
     ]
-    if evaluation is not None and evaluation.seed_history and threshold is not None:
+    if evaluation is not None and evaluation.seed_history:
         lines.insert(1, _seeds_line(evaluation.seed_history, threshold))
     video_dir = video.video_dir if video is not None else None
     if video is not None and (video_dir is not None or log_dir is not None):
@@ -362,15 +367,18 @@ def report(trainer: L.Trainer, module: Any, seconds: float, run_dir: str | None 
     return "\n".join(lines + logger_lines(trainer))
 
 
-def _seeds_line(history: list[tuple[int, list[float]]], threshold: float) -> str:
-    """How many seeds of a ``num_seeds > 1`` run reached ``threshold`` in a greedy evaluation, and when."""
+def _seeds_line(history: list[tuple[int, list[float]]], threshold: float | None) -> str:
+    """How many seeds of a ``num_seeds > 1`` run reached ``threshold`` in a greedy evaluation, and when (without a
+    threshold: each seed's last evaluation)."""
     num_seeds = len(history[-1][1])
+    finals = " / ".join(f"{returns:.0f}" for returns in history[-1][1])
+    if threshold is None:
+        return f"  seeds: {num_seeds}, last evaluation {finals}"
     first = [
         next((steps for steps, returns in history if returns[index] >= threshold), None) for index in range(num_seeds)
     ]
     solved = sorted((steps, index) for index, steps in enumerate(first) if steps is not None)
     when = ", ".join(f"seed index {index} at {steps:,}" for steps, index in solved) or "none"
-    finals = " / ".join(f"{returns:.0f}" for returns in history[-1][1])
     return f"  seeds: {len(solved)} of {num_seeds} reached {threshold:g} ({when}); last evaluation {finals}"
 
 

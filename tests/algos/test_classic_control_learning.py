@@ -101,8 +101,8 @@ def test_vpg_improves_pendulum_by_at_least_800_over_its_initial_random_policy():
 def test_every_seed_of_a_4_seed_ppo_run_solves_cartpole_greedy_mean_return_at_least_475():
     """num_seeds=4 (seeds 1-4 in lock-step, each equal to its one-seed run at first): every seed reaches the 1-seed
     test's threshold, a greedy mean return >= 475 over 32 episodes, within its budget (train_ppo.py's 3,200 updates);
-    the run stops when the worst seed gets there (EarlyStopping on eval/episodic_return_min). Seeds 1-12 alone got
-    there at 4,600-35,300 env steps."""
+    the run stops when all of them are there at once (EarlyStopping on eval/episodic_return_min). Seeds 1-12 alone
+    got there at 4,600-35,300 env steps."""
     module = PPOModule(seed=1, num_seeds=4)
     evaluation = Evaluation(every_n_env_steps=2048, num_eval_episodes=32)
     stop = EarlyStopping(
@@ -121,5 +121,8 @@ def test_every_seed_of_a_4_seed_ppo_run_solves_cartpole_greedy_mean_return_at_le
         callbacks=[evaluation, stop],
     )
     trainer.fit(module)
-    returns = [evaluation.last_metrics[f"eval_per_seed/episodic_return/seed_{index}"] for index in range(4)]
-    assert min(returns) >= 475, evaluation.seed_history
+    # Each seed solved (as the 1-seed test's EarlyStopping stops it) at an evaluation within the budget. Measured:
+    # seeds 1-4 first at 12,800 / 4,608 / 20,992 / 31,232 env steps (avx2; 23,040 / 4,608 / 29,184 / 18,944 under
+    # ATEN_CPU_CAPABILITY=default) of the 102,400; all four at once at 66,048 (43,520).
+    solved_at = [next((at for at, returns in evaluation.seed_history if returns[i] >= 475), None) for i in range(4)]
+    assert None not in solved_at, evaluation.seed_history
