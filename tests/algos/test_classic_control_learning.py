@@ -20,10 +20,10 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 pytestmark = pytest.mark.learning
 
 
-def _solve(module, threshold: float, max_steps: int, every: int) -> Evaluation:
+def _solve(module, threshold: float, max_steps: int, every: int, monitor: str = "eval/episodic_return") -> Evaluation:
     evaluation = Evaluation(every_n_env_steps=every, num_eval_episodes=32)
     stop = EarlyStopping(
-        monitor="eval/episodic_return",
+        monitor=monitor,
         stopping_threshold=threshold,
         mode="max",
         patience=10**9,
@@ -103,24 +103,7 @@ def test_every_seed_of_a_4_seed_ppo_run_solves_cartpole_greedy_mean_return_at_le
     test's threshold, a greedy mean return >= 475 over 32 episodes, within its budget (train_ppo.py's 3,200 updates);
     the run stops when all of them are there at once (EarlyStopping on eval/episodic_return_min). Seeds 1-12 alone
     got there at 4,600-35,300 env steps."""
-    module = PPOModule(seed=1, num_seeds=4)
-    evaluation = Evaluation(every_n_env_steps=2048, num_eval_episodes=32)
-    stop = EarlyStopping(
-        monitor="eval/episodic_return_min",
-        stopping_threshold=475,
-        mode="max",
-        patience=10**9,
-        check_on_train_epoch_end=True,
-    )
-    trainer = L.Trainer(
-        max_steps=3_200,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[evaluation, stop],
-    )
-    trainer.fit(module)
+    evaluation = _solve(PPOModule(seed=1, num_seeds=4), 475, 3_200, 2048, monitor="eval/episodic_return_min")
     # Each seed solved (as the 1-seed test's EarlyStopping stops it) at an evaluation within the budget. Measured:
     # seeds 1-4 first at 12,800 / 4,608 / 20,992 / 31,232 env steps (avx2; 23,040 / 4,608 / 29,184 / 18,944 under
     # ATEN_CPU_CAPABILITY=default) of the 102,400; all four at once at 66,048 (43,520).
