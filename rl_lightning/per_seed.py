@@ -131,3 +131,12 @@ def per_seed(function: Callable[..., Any]) -> Callable[..., Any]:
 
     seeds_call.__name__ = f"{function.__name__}_per_seed"
     return seeds_call
+
+
+def loop_per_seed(function: Callable[..., Any], calls: Sequence[tuple[Any, ...]]) -> Any:
+    """``function(*calls[i])`` for each seed in turn, the outputs stacked as :func:`call_per_seed` stacks them: for a
+    function ``vmap`` cannot batch (``nn.LSTM`` / ``nn.GRU``'s kernels have no batching rule). Each seed's numbers are
+    its one-seed run's, bit for bit."""
+    flat = [pytree.tree_flatten(function(*call)) for call in calls]
+    columns = zip(*(leaves for leaves, _ in flat), strict=True)
+    return pytree.tree_unflatten([None if column[0] is None else torch.stack(column) for column in columns], flat[0][1])

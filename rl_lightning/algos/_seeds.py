@@ -32,12 +32,7 @@ from torch import Tensor, nn
 
 from rl_lightning._checks import check_int
 from rl_lightning.deprecations import _InitLink
-from rl_lightning.per_seed import per_seed
-
-#: What a ``num_seeds > 1`` run cannot do yet, and why (checked where the run starts).
-_ONE_SEED_ONLY = {
-    "recurrent": "a recurrent PPO policy (torch.func.vmap has no batching rule for nn.LSTM / nn.GRU's kernels)",
-}
+from rl_lightning.per_seed import loop_per_seed, per_seed
 
 
 def build_seed_members(module: Any, cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -48,9 +43,6 @@ def build_seed_members(module: Any, cls: type, args: tuple[Any, ...], kwargs: di
     bound.apply_defaults()
     arguments = dict(bound.arguments)
     arguments.pop(next(iter(arguments)))  # self
-    for name, why in _ONE_SEED_ONLY.items():
-        if arguments.get(name):
-            raise ValueError(f"num_seeds > 1 cannot train {why}: use num_seeds=1 with {name}={arguments[name]!r}")
     extra = arguments.pop(_var_keyword(cls), {}) if _var_keyword(cls) else {}
     arguments = {**arguments, **extra}
     object.__setattr__(module, "_seed_arguments", arguments)  # for one_seed_module(0)
@@ -255,7 +247,15 @@ class SeedMembers:
         if self.num_seeds == 1:
             return self.compiled.update(function)(*arguments(self, batch))
         calls = [arguments(module, part) for module, part in zip(self.seed_modules(), batch, strict=True)]
+        if not self.batches_seeds:  # vmap cannot batch it: each seed's call in turn
+            return loop_per_seed(function, calls)
         return self.compiled(per_seed(function))(calls)
+
+    @property
+    def batches_seeds(self) -> bool:
+        """Whether the seeds' update runs as one ``vmap``-batched call (else each seed's in turn: a recurrent PPO
+        policy, whose ``nn.LSTM`` / ``nn.GRU`` kernels ``vmap`` cannot batch)."""
+        return True
 
     def build_seed_sources(self, build: Callable[[Any], Any]) -> Any:
         """The lock-step sources of a ``num_seeds > 1`` run: each seed's built as its one-seed run builds it, then

@@ -291,6 +291,10 @@ class PPOModule(OnPolicyModule):
     def recurrent(self) -> bool:
         return self.hparams.recurrent is not None
 
+    @property
+    def batches_seeds(self) -> bool:
+        return not self.recurrent  # vmap has no batching rule for nn.LSTM / nn.GRU: num_seeds' losses in turn
+
     def greedy_policy(self) -> nn.Module:
         if self.recurrent:  # (obs, state, episode_start) -> (actions, next state), as act
             return RecurrentGreedyPolicy(self.model, self.obs_normalizer)
