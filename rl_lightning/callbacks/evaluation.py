@@ -381,7 +381,8 @@ class StopWhenSolved(EarlyStopping):
         threshold = float(self.stopping_threshold)
         # num_seeds > 1: the worst seed's evaluation, then every seed confirmed (the worst bound counts)
         metrics = evaluation.last_metrics
-        mean = metrics.get("eval/episodic_return_min", metrics["eval/episodic_return"])
+        monitored = "eval/episodic_return_min" if "eval/episodic_return_min" in metrics else "eval/episodic_return"
+        mean = metrics[monitored]
         if not mean >= threshold:
             return None
         bounds = []
@@ -413,7 +414,7 @@ class StopWhenSolved(EarlyStopping):
             else ""
         )
         self.stopping_reason_message = (
-            f"solved: eval/episodic_return {mean:g} and eval/confirmed_return {confirmed:g}{spread} "
+            f"solved: {monitored} {mean:g} and eval/confirmed_return {confirmed:g}{spread} "
             f"({confirmation.num_episodes} fresh episodes) >= {threshold:g} at env step {self.solved_at:,}"
         )
         return confirmed

@@ -261,3 +261,34 @@ def test_a_run_whose_best_return_equals_the_threshold_stops_at_its_first_evaluat
         EarlyStopping(monitor="eval/episodic_return", stopping_threshold=1.0, mode="max", patience=10**9)
     )
     assert module.env_steps == 60 * 128 and trainer.global_step == 60  # Lightning's: strictly more than 1
+
+
+class TwoSeeds(MemorizingModule):
+    """A num_seeds=2 module as the callbacks see it: itself (seed 0) and ``other`` (seed 1)."""
+
+    def __init__(self, other: MemorizingModule, **kwargs):
+        super().__init__(**kwargs)
+        self.other = other
+        self._seed_scores: dict[str, list[float]] = {}
+
+    def seed_modules(self):
+        return [self, self.other]
+
+
+def test_with_several_seeds_the_run_is_solved_only_when_every_seed_is_confirmed():
+    """Both seeds score 1 on the evaluation's fixed start states (eval/episodic_return_min reaches the threshold);
+    each is then confirmed on fresh episodes, and a seed that only memorised them keeps the run going."""
+    one_memorised = TwoSeeds(MemorizingModule(), knows_every_obs=True)
+    evaluation, stopper, trainer = _evaluated(one_memorised, 0.9)
+    assert evaluation.last_metrics["eval/episodic_return_min"] == 1.0
+    assert evaluation.last_metrics["eval_per_seed/episodic_return/seed_1"] == 1.0
+    stopper.on_train_epoch_end(trainer, one_memorised)
+    assert not trainer.should_stop and stopper.solved_at is None
+    assert len(evaluation.confirmations) == 2  # every seed confirmed: seed 1 scored ~0 on fresh episodes
+    assert evaluation.confirmations[0][1] == 1.0 and evaluation.confirmations[1][1] < 0.5
+
+    both_solve = TwoSeeds(MemorizingModule(knows_every_obs=True), knows_every_obs=True)
+    evaluation, stopper, trainer = _evaluated(both_solve, 0.9)
+    stopper.on_train_epoch_end(trainer, both_solve)
+    assert trainer.should_stop and stopper.solved_at == 1_000
+    assert [confirmed for _, confirmed in evaluation.confirmations] == [1.0, 1.0]
