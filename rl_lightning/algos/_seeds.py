@@ -20,6 +20,7 @@ matmuls round differently from the single ones): ``tests/algos/test_num_seeds.py
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import warnings
@@ -51,8 +52,6 @@ def build_seed_members(module: Any, cls: type, args: tuple[Any, ...], kwargs: di
     for index in range(1, module.num_seeds):
         member_arguments = {**arguments, "seed": seed + index, "num_seeds": 1}
         if isinstance(member_arguments.get("network"), nn.Module):
-            import copy
-
             member_arguments["network"] = copy.deepcopy(member_arguments["network"])
         members.append(cls(**member_arguments))
     module.seed_members = nn.ModuleList(members)
