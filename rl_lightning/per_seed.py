@@ -14,6 +14,17 @@ import torch
 from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
+from rl_lightning.envs.spaces import TensorTree
+
+# A Dict observation's batch (a TensorTree) is a node of the seeds' argument trees, its leaves stacked per seed like
+# any tensor's (pytree knows only plain dicts: it would take the tree for one value, shared by the seeds).
+pytree.register_pytree_node(
+    TensorTree,
+    lambda tree: (list(tree.values()), list(tree)),
+    lambda values, keys: TensorTree(zip(keys, values, strict=True)),
+    serialized_type_name="rl_lightning.envs.spaces.TensorTree",
+)
+
 
 class _Call(nn.Module):
     """``function(*arguments)`` with the argument tree's modules as submodules, so that ``functional_call`` can

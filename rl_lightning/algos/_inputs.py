@@ -49,6 +49,8 @@ class ObservationInputs:
     def __init__(self, envs: VectorEnv, env_id: str):
         self.env_id = env_id
         self.space = envs.single_observation_space
+        #: The part of a Dict observation the policy reads (``actor_keys``): all act() needs and takes of it.
+        self.policy_space = self.space
         self.obs_shape, self.obs_dtype = envs.obs_shape, envs.obs_dtype
         #: The gymnasium space act() takes observations in (Discrete indices, Dict / Tuple as given).
         self.gymnasium_space = getattr(envs, "gymnasium_observation_space", None)
@@ -97,14 +99,20 @@ class ObservationInputs:
             raise TypeError(f"obs must be real numbers, got {obs.dtype}")
         return obs.reshape(-1, *obs_shape).to(self.obs_dtype), obs.shape[:batch_dims]
 
+    def _policy_reads(self) -> str:
+        """Words for the errors when the policy reads some of the observation's keys."""
+        if self.policy_space is self.space:
+            return ""
+        return f" (the policy's actor_keys, of {sorted(self.space.spaces)})"
+
     def _structured_batch(
         self, obs: Any, action_mask: Any, device: torch.device | str
     ) -> tuple[TensorTree, torch.Size]:
         """A Dict observation (ours, or gymnasium's of a Dict / Tuple / info-masked space) as a batch
         tree on the module's device, and its batch shape."""
-        env_id, leaves = self.env_id, self.space.spaces
+        env_id, leaves = self.env_id, self.policy_space.spaces  # the policy's keys: any others are not read
         gymnasium_space, parts = self.gymnasium_space, self.parts or {}
-        if isinstance(obs, dict) and set(obs) <= set(leaves) and set(leaves) - {ACTION_MASK_KEY} <= set(obs):
+        if isinstance(obs, dict) and set(obs) <= set(self.space.spaces) and set(leaves) - {ACTION_MASK_KEY} <= set(obs):
             values = dict(obs)  # our flat keys (a part may still be in gymnasium's form: an index)
         elif gymnasium_space is not None and is_structured(gymnasium_space) and isinstance(obs, (dict, tuple, list)):
             values = flat_values(gymnasium_space, obs)
@@ -112,7 +120,7 @@ class ObservationInputs:
             values = {OBSERVATION_KEY: obs}
         else:
             raise ValueError(
-                f"obs must be a dict with keys {sorted(leaves)} for {env_id}"
+                f"obs must be a dict with keys {sorted(leaves)} for {env_id}{self._policy_reads()}"
                 f"{f' (or as gymnasium gives it, {gymnasium_space})' if gymnasium_space is not None else ''}, "
                 f"got {type(obs).__name__}"
             )

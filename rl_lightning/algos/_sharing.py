@@ -18,7 +18,7 @@ from rl_lightning.export import export_policy, to_torchscript
 class PolicySharing:
     """``RLModule``'s export and Hub methods: they read its ``greedy_policy()``, its spaces and its inputs."""
 
-    observation_space: Any
+    policy_observation_space: Any
     _inputs: Any
     resolve_seed_index: Any
     seed_module: Any
@@ -38,7 +38,7 @@ class PolicySharing:
         if seed_index is not None and self.resolve_seed_index(seed_index) > 0:
             return self.seed_module(seed_index).export_policy(path, format)
         start = getattr(self._inputs.gymnasium_action_space, "start", None)
-        example = zeros_like_space(self.observation_space, 2)
+        example = zeros_like_space(self.policy_observation_space, 2)
         return export_policy(self._standalone_policy(), example, path, format, action_start=start)
 
     def to_torchscript(
@@ -48,7 +48,7 @@ class PolicySharing:
         (Lightning's default scripts the whole module, which a module with envs and sources cannot be.)
         ``example_inputs``: observations ``(batch, *obs_shape)`` (or a recurrent policy's ``(obs, state,
         episode_start)``); None: zeros."""
-        example = example_inputs if example_inputs is not None else zeros_like_space(self.observation_space, 2)
+        example = example_inputs if example_inputs is not None else zeros_like_space(self.policy_observation_space, 2)
         return to_torchscript(self._standalone_policy(), example, file_path, method)
 
     def _standalone_policy(self) -> nn.Module:

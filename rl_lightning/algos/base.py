@@ -49,6 +49,7 @@ from rl_lightning.data.source import EnvSource, SourceLoader
 from rl_lightning.deprecations import wrap_init
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.registry import BACKENDS, is_native_env_id
+from rl_lightning.envs.spaces import observation_view
 from rl_lightning.stopping import CollectiveStop
 
 __all__ = ["RLModule", "as_numpy", "is_tensor_input"]
@@ -133,6 +134,8 @@ class RLModule(SeedMembers, Acting, PolicySharing, GreedyEvaluation, CheckpointP
         spec_env = _envs.spec_env(self, env_id, num_envs, seed)
         self._env_class = type(spec_env)
         self.observation_space = spec_env.single_observation_space
+        #: What the policy reads of the observation (``observation_views``): act, evaluation and exports take it.
+        self.policy_observation_space = self.observation_space
         self.action_space = spec_env.single_action_space
         self._inputs = ObservationInputs(spec_env, env_id)  # what act() takes
         self.obs_shape, self.obs_dtype = spec_env.obs_shape, spec_env.obs_dtype
@@ -158,6 +161,16 @@ class RLModule(SeedMembers, Acting, PolicySharing, GreedyEvaluation, CheckpointP
         """The algorithm's data source over ``envs`` (the base then sets its seed, clock and world
         size: ``EnvSource.configure_run``)."""
         raise NotImplementedError
+
+    def observation_views(self, actor_keys: Any, critic_keys: Any) -> tuple[Any, Any]:
+        """The actor's and the critic's parts of a Dict observation (an asymmetric actor-critic: ``actor_keys`` /
+        ``critic_keys``, None: every key; ``rl_lightning.envs.spaces.observation_view``). The actor's becomes
+        ``policy_observation_space``: ``act``, ``evaluate_policy``, every export and the Hub folder's policy take
+        only those keys, so a deployed policy never asks for the critic's privileged state."""
+        actor = observation_view(self.observation_space, actor_keys, "actor_keys", policy=True)
+        critic = observation_view(self.observation_space, critic_keys, "critic_keys")
+        self.policy_observation_space = self._inputs.policy_space = actor
+        return actor, critic
 
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
         """Actions for ``obs`` ``(batch, *obs_shape)`` of the env's dtype on the module's device."""

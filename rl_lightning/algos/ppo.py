@@ -104,6 +104,14 @@ class PPOModule(OnPolicyModule):
             acting step through ``torch.compile`` (``rl_lightning.compiling``); a dict gives ``torch.compile``'s
             arguments (``{"backend": "aot_eager"}``); the whole update is compiled (backward, clipping, Adam;
             ``{"whole_update": False}``: the loss only). The same losses and actions as without, to float tolerance.
+        num_seeds: agents trained in lock-step in one fit, with seeds ``seed .. seed + num_seeds - 1``
+            (``SeedMembers``).
+        actor_keys: the keys of a Dict observation the policy reads (an asymmetric actor-critic); ``act``,
+            ``evaluate_policy``, every export and the Hub folder's policy then take only these, so a deployed
+            policy never asks for privileged state. None: every key.
+        critic_keys: the keys the critic reads (e.g. a simulator's privileged state besides what the actor
+            senses); the critic then has its own encoder (``shared_encoder=False``), and a recurrent policy's
+            critic is a feed-forward network of these keys beside the core. None: every key.
     """
 
     action_kinds = ("discrete", "box", "multi_discrete", "multi_binary")
@@ -142,6 +150,8 @@ class PPOModule(OnPolicyModule):
         env_kwargs: dict[str, Any] | None = None,
         compile: bool | dict[str, Any] = False,
         num_seeds: int = 1,
+        actor_keys: Sequence[str] | None = None,
+        critic_keys: Sequence[str] | None = None,
     ):
         super().__init__(
             env_id=env_id,
@@ -199,15 +209,29 @@ class PPOModule(OnPolicyModule):
                     f"num_minibatches ({num_minibatches}) must divide num_envs ({num_envs}) for a recurrent "
                     "policy: a minibatch is a group of whole env sequences"
                 )
+        actor_space, critic_space = self.observation_views(actor_keys, critic_keys)
         self.save_hyperparameters(ignore=["network"])
         with seeded(seed):  # the same initial weights on every rank
             if recurrent is None:
                 self.model: ActorCritic | RecurrentActorCritic = ActorCritic(
-                    self.observation_space, self.action_space, hidden_sizes, shared_encoder, network, activation
+                    actor_space,
+                    self.action_space,
+                    hidden_sizes,
+                    shared_encoder,
+                    network,
+                    activation,
+                    critic_observation_space=critic_space,
                 )
             else:
                 self.model = RecurrentActorCritic(
-                    self.observation_space, self.action_space, hidden_sizes, recurrent, core_size, network, activation
+                    actor_space,
+                    self.action_space,
+                    hidden_sizes,
+                    recurrent,
+                    core_size,
+                    network,
+                    activation,
+                    critic_observation_space=critic_space,
                 )
         normalized = self.observation_space if isinstance(self.observation_space, gym.spaces.Dict) else self.obs_shape
         self.obs_normalizer = ObservationNormalizer(normalized) if normalize_obs else None

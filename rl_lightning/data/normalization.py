@@ -70,7 +70,8 @@ class ObservationNormalizer(nn.Module):
     ``NormalizeObservation``, updated once per rollout instead of per step).
 
     For a Dict observation only its vector keys (float32, not images) are normalised, each with
-    its own statistics (``stats.<key>``); images and the action mask pass through unchanged.
+    its own statistics (``stats.<key>``); images and the action mask pass through unchanged, and a key the
+    observation lacks (the critic's, for a policy that reads its ``actor_keys`` only) is left out.
 
     Args:
         obs_shape: shape of one observation, or a Dict observation space (``rl_lightning.envs.spaces``).
@@ -100,7 +101,8 @@ class ObservationNormalizer(nn.Module):
         if isinstance(self.stats, nn.ModuleDict):
             normalized = TensorTree(obs)
             for key, stats in self.stats.items():
-                normalized[key] = self._normalize(stats, obs[key])
+                if key in obs:  # a policy of some keys (actor_keys) is handed those only
+                    normalized[key] = self._normalize(stats, obs[key])
             return normalized
         return self._normalize(self.stats, obs)
 

@@ -13,6 +13,7 @@ from rl_lightning.envs.envpool_adapter import EnvPoolVectorEnv
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
 from rl_lightning.envs.mountain_car import MountainCar, MountainCarContinuous
 from rl_lightning.envs.pendulum import Pendulum
+from rl_lightning.envs.privileged import PrivilegedBandit
 from rl_lightning.envs.probes import (
     ContinuousProbe1,
     ContinuousProbe2,
@@ -54,6 +55,7 @@ register("DictProbe-v0", DictProbe, solved_return=1.0)
 register("MultiDiscreteProbe-v0", MultiDiscreteProbe, solved_return=1.0)
 register("MultiBinaryProbe-v0", MultiBinaryProbe, solved_return=1.0)
 register("MaskedProbe-v0", MaskedProbe)
+register("PrivilegedBandit-v0", PrivilegedBandit)
 
 __all__ = [
     "Acrobot",
@@ -73,6 +75,7 @@ __all__ = [
     "MultiBinaryProbe",
     "MultiDiscreteProbe",
     "Pendulum",
+    "PrivilegedBandit",
     "Probe1",
     "Probe2",
     "Probe3",

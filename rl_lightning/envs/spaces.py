@@ -334,6 +334,27 @@ def check_leaf_spaces(space: gym.spaces.Dict) -> dict[str, gym.spaces.Box]:
     return leaves
 
 
+def observation_view(space: gym.Space, keys: Sequence[str] | None, name: str, policy: bool = False) -> gym.Space:
+    """The part of a Dict observation ``space`` one network reads (an asymmetric actor-critic's ``actor_keys`` /
+    ``critic_keys``): its ``keys`` in the space's order, and for the ``policy`` the action mask where the space has
+    one (it is never a feature: the policy masks its logits with it); None: the whole ``space``. A ``TypeError`` /
+    ``ValueError`` naming ``name`` and the keys there are otherwise."""
+    if keys is None:
+        return space
+    if isinstance(keys, str) or not isinstance(keys, Sequence) or not all(isinstance(key, str) for key in keys):
+        raise TypeError(f"{name} must be a list of observation keys (str) or None, got {keys!r}")
+    if not isinstance(space, gym.spaces.Dict):
+        raise ValueError(
+            f"{name} selects keys of a Dict observation, but the env's observations are {space!r}: leave it None"
+        )
+    available = [key for key in space.spaces if key != ACTION_MASK_KEY]
+    if not keys or len(set(keys)) != len(keys) or not set(keys) <= set(available):
+        mask = f" ({ACTION_MASK_KEY!r} goes to the policy by itself)" if ACTION_MASK_KEY in space.spaces else ""
+        raise ValueError(f"{name} must be distinct keys of the observation, some of {available}{mask}, got {keys!r}")
+    wanted = set(keys) | ({ACTION_MASK_KEY} if policy else set())
+    return gym.spaces.Dict({key: leaf for key, leaf in space.spaces.items() if key in wanted})
+
+
 def leaf_dtype(space: gym.spaces.Box) -> torch.dtype:
     """The torch dtype of one of our leaves."""
     return _LEAF_DTYPES[np.dtype(space.dtype)]

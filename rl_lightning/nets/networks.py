@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -223,6 +224,9 @@ class ActorCritic(nn.Module):
         activation: the default MLP's activation, ``"relu"`` or ``"tanh"``.
         orthogonal: the common PPO init: orthogonal weights (gain sqrt(2) in the encoders, 0.01
             for the policy head, 1 for the value head), zero biases.
+        critic_observation_space: the keys of a Dict observation the critic reads, when they are not the actor's
+            (an asymmetric actor-critic: ``observation_space`` is then the actor's keys; the critic gets its own
+            default encoder, even beside ``network``); None: the actor's.
     """
 
     def __init__(
@@ -234,17 +238,26 @@ class ActorCritic(nn.Module):
         network: nn.Module | None = None,
         activation: str = "tanh",
         orthogonal: bool = True,
+        critic_observation_space: gym.spaces.Dict | None = None,
     ):
         super().__init__()
+        asymmetric = reads_other_keys(observation_space, critic_observation_space)
+        if asymmetric and shared_encoder:
+            raise ValueError(
+                "shared_encoder=True needs the actor and the critic to read the same observation keys, but the "
+                f"critic reads {sorted(critic_observation_space.spaces)}: use shared_encoder=False"
+            )
         self.shared_encoder = shared_encoder
         self.actor = PolicyNetwork(observation_space, action_space, hidden_sizes, network, activation)
-        critic_network = None if network is None or shared_encoder else copy.deepcopy(network)
-        self.critic = ValueNetwork(observation_space, hidden_sizes, critic_network, activation)
+        critic_network = None if network is None or shared_encoder or asymmetric else copy.deepcopy(network)
+        critic_space = critic_observation_space if asymmetric else observation_space
+        self.critic = ValueNetwork(critic_space, hidden_sizes, critic_network, activation)
         if shared_encoder:
             self.critic.encoder = self.actor.encoder
         if orthogonal:
             if network is None:
                 orthogonal_init(self.actor.encoder)
+            if network is None or asymmetric:
                 orthogonal_init(self.critic.encoder)
             orthogonal_init(self.actor.head, gain=0.01)
             orthogonal_init(self.critic.head, gain=1.0)
@@ -280,6 +293,18 @@ class ActorCritic(nn.Module):
         return self.actor.act(obs, greedy, generator)
 
 
+def reads_other_keys(observation_space: Any, critic_observation_space: Any) -> bool:
+    """Whether a critic of ``critic_observation_space`` (None: the actor's) reads other features than an actor of
+    ``observation_space`` (the action mask is the actor's alone and not a feature)."""
+    if critic_observation_space is None:
+        return False
+    features = [
+        set(space.spaces) - {ACTION_MASK_KEY} if isinstance(space, gym.spaces.Dict) else space
+        for space in (observation_space, critic_observation_space)
+    ]
+    return features[0] != features[1]
+
+
 #: Recurrent cores by name.
 CORES: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
 
@@ -302,6 +327,10 @@ class RecurrentActorCritic(nn.Module):
         network: your own encoder (observations -> features) instead of the MLP.
         activation: the encoder MLP's activation.
         orthogonal: the common PPO init (and zero-bias, orthogonal core weights).
+        critic_observation_space: the keys of a Dict observation the critic reads, when they are not the actor's
+            (an asymmetric actor-critic): the critic is then a feed-forward ``ValueNetwork`` of its keys beside the
+            core (the privileged state a simulator gives is Markov: it needs no memory); None: the value head
+            reads the core's output.
     """
 
     def __init__(
@@ -314,6 +343,7 @@ class RecurrentActorCritic(nn.Module):
         network: nn.Module | None = None,
         activation: str = "tanh",
         orthogonal: bool = True,
+        critic_observation_space: gym.spaces.Dict | None = None,
     ):
         super().__init__()
         check_choice("core", core, CORES)
@@ -325,7 +355,13 @@ class RecurrentActorCritic(nn.Module):
         self.masked = is_masked(observation_space)
         self.check_masks = True  # acting checks every row has a legal action (off in an export)
         self.actor_head = make_policy_head(core_size, action_space, self.masked)
-        self.critic_head = nn.Linear(core_size, 1)
+        #: The asymmetric critic of its own keys (``critic_observation_space``; then no ``critic_head``), else None.
+        self.critic: ValueNetwork | None = None
+        if reads_other_keys(observation_space, critic_observation_space):
+            self.critic_head: nn.Linear | None = None
+            self.critic = ValueNetwork(critic_observation_space, hidden_sizes, None, activation)
+        else:
+            self.critic_head = nn.Linear(core_size, 1)
         if orthogonal:
             if network is None:
                 orthogonal_init(self.encoder)
@@ -335,7 +371,11 @@ class RecurrentActorCritic(nn.Module):
                 else:
                     nn.init.zeros_(param)
             orthogonal_init(self.actor_head, gain=0.01)
-            orthogonal_init(self.critic_head, gain=1.0)
+            if self.critic is None:
+                orthogonal_init(self.critic_head, gain=1.0)
+            else:
+                orthogonal_init(self.critic.encoder)
+                orthogonal_init(self.critic.head, gain=1.0)
 
     def initial_state(self, batch: int, device: torch.device | str = "cpu") -> Tensor:
         """Zeros ``(num_state, batch, core_size)``."""
@@ -370,7 +410,13 @@ class RecurrentActorCritic(nn.Module):
         output, state = self.unroll(obs.unsqueeze(1), state, episode_start.unsqueeze(1))
         output = output.squeeze(1)
         actions, logprobs = self.actor_head.sample(self._logits(output, obs, check=self.check_masks), generator)
-        return actions, logprobs, self.critic_head(output).squeeze(-1).float(), state
+        return actions, logprobs, self._values(output, obs), state
+
+    def _values(self, output: Tensor, obs: Tensor | TensorTree) -> Tensor:
+        """V from the core's ``output`` (or, for an asymmetric critic, from its keys of ``obs``), float32."""
+        if self.critic is not None:
+            return self.critic(obs)
+        return self.critic_head(output).squeeze(-1).float()
 
     def _logits(self, output: Tensor, obs: Tensor | TensorTree, check: bool) -> Tensor:
         """The policy head's outputs, masked with ``obs["action_mask"]`` for a masked policy."""
@@ -386,10 +432,12 @@ class RecurrentActorCritic(nn.Module):
         their initial ``state`` with the collection's masking; each ``(batch, T)``, differentiable."""
         output, _ = self.unroll(obs, state, episode_starts)
         params = self._logits(output, obs, check=False)
-        values = self.critic_head(output).squeeze(-1).float()
+        values = self._values(output, obs)
         return self.actor_head.log_prob(params, actions), self.actor_head.entropy(params), values
 
     def value(self, obs: Tensor, state: Tensor, episode_start: Tensor) -> Tensor:
+        if self.critic is not None:
+            return self.critic(obs)
         output, _ = self.unroll(obs.unsqueeze(1), state, episode_start.unsqueeze(1))
         return self.critic_head(output.squeeze(1)).squeeze(-1).float()
 

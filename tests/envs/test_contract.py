@@ -19,6 +19,7 @@ RANDOM_ENV_IDS = {
     "CartPole-v1",
     "CartPoleNoVel-v1",
     "MemoryProbe-v0",
+    "PrivilegedBandit-v0",
     "Acrobot-v1",
     "MountainCar-v0",
     "MountainCarContinuous-v0",
