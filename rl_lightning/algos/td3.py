@@ -85,6 +85,12 @@ class TD3Module(OffPolicyModule):
         prioritized_alpha: how much the priorities count, in [0, 1] (0: uniform); only with ``prioritized=True``.
         prioritized_beta: the importance weights' exponent at the start, in [0, 1], annealed linearly to 1 over the
             run; only with ``prioritized=True``.
+        num_seeds: agents trained in lock-step in one fit, with seeds ``seed .. seed + num_seeds - 1``
+            (``SeedMembers``).
+        actor_keys: the keys of a Dict observation the actor reads (an asymmetric actor-critic); ``act``,
+            ``evaluate_policy``, every export and the Hub folder's policy then take only these. None: every key (a
+            Dict observation's vector keys are concatenated: ``rl_lightning.nets.FlatKeys``).
+        critic_keys: the keys the critics read (e.g. a simulator's privileged state); None: every key.
     """
 
     action_kinds = ("box",)
@@ -121,6 +127,8 @@ class TD3Module(OffPolicyModule):
         prioritized_alpha: float = 0.6,
         prioritized_beta: float = 0.4,
         num_seeds: int = 1,
+        actor_keys: Sequence[str] | None = None,
+        critic_keys: Sequence[str] | None = None,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         check_float("lr", lr, 0.0, low_open=True)
@@ -132,11 +140,11 @@ class TD3Module(OffPolicyModule):
         hidden_sizes = check_sizes("hidden_sizes", hidden_sizes)
         if max_grad_norm is not None:
             check_float("max_grad_norm", max_grad_norm, 0.0, low_open=True)
+        actor_space, critic_space = self.observation_views(actor_keys, critic_keys)
         self.save_hyperparameters()
-        self._refuse_structured_observations()
         with seeded(seed):  # the same initial weights on every rank
-            self.actor = DeterministicActor(self.observation_space, self.action_space, hidden_sizes)
-            self.critic = CriticEnsemble(self.observation_space, self.action_space, num_critics, hidden_sizes)
+            self.actor = DeterministicActor(actor_space, self.action_space, hidden_sizes)
+            self.critic = CriticEnsemble(critic_space, self.action_space, num_critics, hidden_sizes)
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
 

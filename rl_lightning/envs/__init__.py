@@ -13,7 +13,7 @@ from rl_lightning.envs.envpool_adapter import EnvPoolVectorEnv
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
 from rl_lightning.envs.mountain_car import MountainCar, MountainCarContinuous
 from rl_lightning.envs.pendulum import Pendulum
-from rl_lightning.envs.privileged import PrivilegedBandit
+from rl_lightning.envs.privileged import PrivilegedBandit, PrivilegedBanditContinuous
 from rl_lightning.envs.probes import (
     ContinuousProbe1,
     ContinuousProbe2,
@@ -56,6 +56,7 @@ register("MultiDiscreteProbe-v0", MultiDiscreteProbe, solved_return=1.0)
 register("MultiBinaryProbe-v0", MultiBinaryProbe, solved_return=1.0)
 register("MaskedProbe-v0", MaskedProbe)
 register("PrivilegedBandit-v0", PrivilegedBandit)
+register("PrivilegedBanditContinuous-v0", PrivilegedBanditContinuous)
 
 __all__ = [
     "Acrobot",
@@ -76,6 +77,7 @@ __all__ = [
     "MultiDiscreteProbe",
     "Pendulum",
     "PrivilegedBandit",
+    "PrivilegedBanditContinuous",
     "Probe1",
     "Probe2",
     "Probe3",

@@ -58,7 +58,7 @@ class PrivilegedBandit(VectorEnv):
         horizon: int = 4,
         offset_scale: float = 3.0,
     ):
-        check_int("num_actions", num_actions, 2)
+        self._num_cues = check_int("num_actions", num_actions, 2)
         self.horizon = check_int("horizon", horizon, 1)
         self.offset_scale = check_float("offset_scale", offset_scale, 0.0, low_open=True)
         size = num_actions + 1
@@ -68,21 +68,24 @@ class PrivilegedBandit(VectorEnv):
                 STATE_KEY: gym.spaces.Box(-1.0, 1.0, (size + 1,), np.float32),
             }
         )
-        self.single_action_space = gym.spaces.Discrete(num_actions)
+        self.single_action_space = self._action_space(num_actions)
         super().__init__(num_envs, seed, device)
         self._offset = torch.zeros(num_envs, device=self.device)
         self._cue = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self._t = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+
+    def _action_space(self, num_actions: int) -> gym.spaces.Space:
+        return gym.spaces.Discrete(num_actions)
 
     def _draw_offsets(self) -> Tensor:
         uniform = torch.rand(self.num_envs, generator=self.generator, device=self.device)
         return (2.0 * uniform - 1.0) * self.offset_scale
 
     def _draw_cues(self) -> Tensor:
-        return torch.randint(self.num_actions, (self.num_envs,), generator=self.generator, device=self.device)
+        return torch.randint(self._num_cues, (self.num_envs,), generator=self.generator, device=self.device)
 
     def _observe(self) -> TensorTree:
-        cue = torch.nn.functional.one_hot(self._cue, self.num_actions).float()
+        cue = torch.nn.functional.one_hot(self._cue, self._num_cues).float()
         time = (self._t.float() / self.horizon).unsqueeze(1)
         observation = torch.cat([cue, time], dim=1)
         state = torch.cat([observation, (self._offset / self.offset_scale).unsqueeze(1)], dim=1)
@@ -94,8 +97,12 @@ class PrivilegedBandit(VectorEnv):
         self._t = torch.zeros_like(self._t)
         return self._observe()
 
+    def _paid(self, actions: Tensor) -> Tensor:
+        """What an action earns besides the offset: 1 for the cued action, else 0."""
+        return (actions.long() == self._cue).float()
+
     def _step(self, actions: Tensor) -> tuple[TensorTree, Tensor, Tensor, Tensor, dict[str, Any]]:
-        reward = self._offset + (actions.long() == self._cue).float()
+        reward = self._offset + self._paid(actions)
         self._t = self._t + 1
         terminated = self._t == self.horizon
         # Every env draws a new cue and an offset each step (only the ended episodes keep the offset), so the
@@ -105,3 +112,16 @@ class PrivilegedBandit(VectorEnv):
         self._offset = torch.where(terminated, offsets, self._offset)
         self._t = torch.where(terminated, 0, self._t)
         return self._observe(), reward, terminated, torch.zeros_like(terminated), {"final_observation": final_obs}
+
+
+class PrivilegedBanditContinuous(PrivilegedBandit):
+    """:class:`PrivilegedBandit` with one action in ``[-1, 1]`` (for SAC and TD3): cue ``k`` of ``num_actions``
+    asks for ``target_k = -1 + 2k / (num_actions - 1)``, and an action ``a`` earns ``1 - |a - target_k|`` besides
+    the offset."""
+
+    def _action_space(self, num_actions: int) -> gym.spaces.Box:
+        return gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def _paid(self, actions: Tensor) -> Tensor:
+        target = -1.0 + 2.0 * self._cue.float() / (self._num_cues - 1)
+        return 1.0 - (actions.reshape(-1) - target).abs()

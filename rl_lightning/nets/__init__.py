@@ -3,7 +3,13 @@
 their critic ensembles). Every name is importable from ``rl_lightning.nets`` as before the split; the masked-sampling
 functions live below both this package and the envs, in ``rl_lightning.sampling``, and are re-exported here."""
 
-from rl_lightning.nets.continuous import CriticEnsemble, DeterministicActor, EnsembleLinear, SquashedGaussianActor
+from rl_lightning.nets.continuous import (
+    CriticEnsemble,
+    DeterministicActor,
+    EnsembleLinear,
+    FlatKeys,
+    SquashedGaussianActor,
+)
 from rl_lightning.nets.encoders import (
     ACTIVATIONS,
     ImageEncoder,
@@ -52,6 +58,7 @@ __all__ = [
     "CriticEnsemble",
     "DeterministicActor",
     "EnsembleLinear",
+    "FlatKeys",
     "GaussianHead",
     "ImageEncoder",
     "MultiCategoricalHead",

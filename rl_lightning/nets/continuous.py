@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_lightning._checks import check_int, check_sizes
+from rl_lightning.envs.spaces import ACTION_MASK_KEY, TensorTree
 from rl_lightning.nets.encoders import VectorEncoder, as_observation_space, is_image_space
 from rl_lightning.nets.heads import _LOG_SQRT_2PI
 
@@ -43,14 +44,44 @@ def _box_bounds(action_space: gym.spaces.Box) -> tuple[Tensor, Tensor]:
 _MAX_ACTION_BOUND = math.sqrt(torch.finfo(torch.float32).max)  # about 1.8e19
 
 
-def _vector_trunk(observation_space: gym.spaces.Box, hidden_sizes: Sequence[int]) -> tuple[nn.Sequential, int]:
-    """Flatten and an MLP of ReLU layers for a vector observation (images are refused by name)."""
-    if isinstance(observation_space, gym.spaces.Dict):
-        raise ValueError(
-            f"SAC and TD3 take Box observations, got the Dict space {observation_space!r}: flatten it "
-            "(env_kwargs={'wrappers': ['gymnasium.wrappers.FlattenObservation']}) or use PPOModule, VPGModule or "
-            "DQNModule, which take Dict observations"
+class FlatKeys(nn.Module):
+    """A Dict observation's keys as one vector: each leaf flattened and cast to float32, concatenated in the space's
+    order, ``(*batch, size)`` (SAC's and TD3's networks read vectors; an asymmetric actor-critic gives each network
+    its own keys). The action mask is not a feature; image leaves are refused by name.
+
+    Args:
+        observation_space: a ``Dict`` of vector ``Box`` leaves.
+    """
+
+    def __init__(self, observation_space: gym.spaces.Dict):
+        super().__init__()
+        self.shapes = {
+            key: tuple(leaf.shape) for key, leaf in observation_space.spaces.items() if key != ACTION_MASK_KEY
+        }
+        images = [key for key in self.shapes if is_image_space(observation_space.spaces[key])]
+        if images or not self.shapes:
+            raise ValueError(
+                f"SAC's and TD3's networks read vector keys, got {observation_space!r}: image keys {images} go to "
+                "PPOModule, VPGModule or DQNModule (their CNN encoder); or leave them out with actor_keys / critic_keys"
+            )
+        self.size = sum(math.prod(shape) for shape in self.shapes.values())
+
+    def forward(self, obs: TensorTree) -> Tensor:
+        return torch.cat(
+            [obs[key].flatten(start_dim=obs[key].dim() - len(shape)).float() for key, shape in self.shapes.items()],
+            dim=-1,
         )
+
+
+def _vector_trunk(
+    observation_space: gym.spaces.Box | gym.spaces.Dict, hidden_sizes: Sequence[int]
+) -> tuple[nn.Sequential, int]:
+    """Flatten and an MLP of ReLU layers for a vector observation (images are refused by name); a Dict
+    observation's keys concatenated first (:class:`FlatKeys`)."""
+    if isinstance(observation_space, gym.spaces.Dict):
+        flat = FlatKeys(observation_space)
+        trunk = VectorEncoder((flat.size,), check_sizes("hidden_sizes", hidden_sizes), "relu", torch.float32)
+        return nn.Sequential(flat, trunk), trunk.num_features
     if is_image_space(observation_space):
         raise ValueError(
             f"SAC and TD3 take vector observations, got the image space {observation_space!r}: use DQNModule, "
@@ -72,7 +103,7 @@ class SquashedGaussianActor(nn.Module):
     through them.
 
     Args:
-        observation_space: a vector ``Box``.
+        observation_space: a vector ``Box``, or a ``Dict`` of vector keys (:class:`FlatKeys`).
         action_space: a ``Box`` with finite bounds.
         hidden_sizes: the MLP's hidden widths (ReLU).
         log_std_bounds: ``(min, max)`` of the log-std.
@@ -129,7 +160,7 @@ class DeterministicActor(nn.Module):
     """TD3's (and DDPG's) policy: ``a = bias + scale * tanh(mlp(s))``, in the ``Box`` bounds.
 
     Args:
-        observation_space: a vector ``Box``.
+        observation_space: a vector ``Box``, or a ``Dict`` of vector keys (:class:`FlatKeys`).
         action_space: a ``Box`` with finite bounds.
         hidden_sizes: the MLP's hidden widths (ReLU).
     """
@@ -182,7 +213,7 @@ class CriticEnsemble(nn.Module):
     loop over the critics (LeanRL's stacked parameters, as a grouped layer).
 
     Args:
-        observation_space: a vector ``Box``.
+        observation_space: a vector ``Box``, or a ``Dict`` of vector keys (:class:`FlatKeys`).
         action_space: a ``Box``.
         num_critics: ensemble members (2: clipped double Q; 1: DDPG).
         hidden_sizes: each critic's hidden widths (ReLU).
@@ -197,13 +228,16 @@ class CriticEnsemble(nn.Module):
     ):
         super().__init__()
         observation_space = as_observation_space(observation_space)
-        if is_image_space(observation_space):
+        #: A Dict observation's keys as one vector (its critics' keys), else None.
+        self.flat = FlatKeys(observation_space) if isinstance(observation_space, gym.spaces.Dict) else None
+        if self.flat is None and is_image_space(observation_space):
             raise ValueError(f"the critics take vector observations, got the image space {observation_space!r}")
         self.num_critics = check_int("num_critics", num_critics, 1)
-        self.obs_dims = len(observation_space.shape)
+        self.obs_dims = 0 if self.flat is not None else len(observation_space.shape)
         self.action_dims = len(action_space.shape)
         sizes = [
-            math.prod(observation_space.shape) + math.prod(action_space.shape),
+            (self.flat.size if self.flat is not None else math.prod(observation_space.shape))
+            + math.prod(action_space.shape),
             *check_sizes("hidden_sizes", hidden_sizes),
             1,
         ]
@@ -212,9 +246,8 @@ class CriticEnsemble(nn.Module):
     def forward(self, obs: Tensor, actions: Tensor, detach_params: bool = False) -> Tensor:
         """Q-values ``(num_critics, batch)`` of ``actions`` in ``obs``; ``detach_params`` evaluates
         them with the parameters detached (the actor's loss: gradients to the actions only)."""
-        x = torch.cat(
-            [obs.flatten(start_dim=obs.dim() - self.obs_dims).float(), actions.flatten(start_dim=1).float()], -1
-        )
+        obs = self.flat(obs) if self.flat is not None else obs.flatten(start_dim=obs.dim() - self.obs_dims).float()
+        x = torch.cat([obs, actions.flatten(start_dim=1).float()], -1)
         for index, layer in enumerate(self.layers):
             x = layer(x, detach_params)
             if index < len(self.layers) - 1:

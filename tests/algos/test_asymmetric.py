@@ -9,11 +9,12 @@ import gymnasium as gym
 import pytest
 import torch
 
-from rl_lightning import PPOModule
+from rl_lightning import PPOModule, TD3Module
 from rl_lightning.callbacks import evaluate_policy
 from rl_lightning.envs import DictProbe, PrivilegedBandit
 from rl_lightning.envs.privileged import STATE_KEY
 from rl_lightning.envs.spaces import OBSERVATION_KEY, TensorTree, observation_view
+from rl_lightning.nets import FlatKeys
 from tests.quiet_trainer import quiet_fit
 
 ENV_ID = "PrivilegedBandit-v0"
@@ -200,6 +201,52 @@ def test_two_seeds_of_an_asymmetric_ppo_each_equal_their_one_seed_run():
     single = PPOModule(ENV_ID, seed=5, **TINY, **KEYS)
     quiet_fit(single, max_steps=8)
     ours, theirs = multi.seed_module(1).model.state_dict(), single.model.state_dict()
+    assert ours.keys() == theirs.keys()
+    for name, value in theirs.items():
+        assert torch.allclose(ours[name], value, atol=1e-5), name
+
+
+# -- SAC and TD3: Dict observations as one vector per network -------------------------------------------------
+
+CONTINUOUS_ID = "PrivilegedBanditContinuous-v0"
+OFF_POLICY = dict(learning_starts=32, buffer_size=256, batch_size=16, hidden_sizes=(16, 16), steps_per_epoch=10)
+
+
+@pytest.mark.parametrize("algorithm", [TD3Module])
+def test_off_policy_actor_and_critics_read_their_keys(algorithm):
+    module = algorithm(CONTINUOUS_ID, **OFF_POLICY, **KEYS)
+    obs = _observations()
+    assert list(module.actor.trunk[0].shapes) == [OBSERVATION_KEY]
+    assert list(module.critic.flat.shapes) == [STATE_KEY]
+    actions = module.act(obs, greedy=True)
+    assert torch.equal(actions, module.act({OBSERVATION_KEY: obs[OBSERVATION_KEY]}, greedy=True))
+    q_values = module.critic(obs, actions)
+    assert torch.equal(q_values, module.critic(_with(obs, OBSERVATION_KEY, torch.rand(16, 9)), actions))
+    assert not torch.allclose(q_values, module.critic(_with(obs, STATE_KEY, torch.rand(16, 10)), actions))
+
+
+@pytest.mark.parametrize("algorithm", [TD3Module])
+def test_off_policy_modules_take_dict_observations_and_export_the_actor_keys(algorithm, tmp_path):
+    every_key = algorithm(CONTINUOUS_ID, **OFF_POLICY)  # no keys: each network reads them all, concatenated
+    assert list(every_key.critic.flat.shapes) == [OBSERVATION_KEY, STATE_KEY]
+    assert every_key.critic.layers[0].weight.shape[-2:] == (9 + 10 + 1, 16)
+    module = algorithm(CONTINUOUS_ID, **OFF_POLICY, **KEYS)
+    quiet_fit(module, max_steps=20)
+    obs = _observations()
+    policy = torch.export.load(str(module.export_policy(tmp_path / "policy.pt2"))).module()
+    assert torch.allclose(policy(obs[OBSERVATION_KEY]), module.act(obs, greedy=True))
+    with pytest.raises(ValueError, match=r"read vector keys.*image keys \['image'\] go to PPOModule"):
+        FlatKeys(DictProbe(1).single_observation_space)
+
+
+@pytest.mark.parametrize("algorithm", [TD3Module])
+def test_two_seeds_of_an_asymmetric_off_policy_module_each_equal_their_one_seed_run(algorithm):
+    multi = algorithm(CONTINUOUS_ID, seed=4, num_seeds=2, **OFF_POLICY, **KEYS)
+    quiet_fit(multi, max_steps=20)
+    single = algorithm(CONTINUOUS_ID, seed=5, **OFF_POLICY, **KEYS)
+    quiet_fit(single, max_steps=20)
+    ours = {k: v for k, v in multi.seed_module(1).state_dict().items() if not k.startswith("seed_members.")}
+    theirs = single.state_dict()
     assert ours.keys() == theirs.keys()
     for name, value in theirs.items():
         assert torch.allclose(ours[name], value, atol=1e-5), name

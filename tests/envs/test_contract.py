@@ -20,6 +20,7 @@ RANDOM_ENV_IDS = {
     "CartPoleNoVel-v1",
     "MemoryProbe-v0",
     "PrivilegedBandit-v0",
+    "PrivilegedBanditContinuous-v0",
     "Acrobot-v1",
     "MountainCar-v0",
     "MountainCarContinuous-v0",
