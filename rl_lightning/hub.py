@@ -251,6 +251,12 @@ def _config(module: RLModule) -> dict[str, Any]:
             "env_id": module.hparams.env_id,
             "observation_space": space_to_json(module.observation_space),
             "action_space": space_to_json(module.action_space),
+            # What the exported policies take (an asymmetric actor-critic's actor_keys), where it is not all of it.
+            **(
+                {"policy_observation_space": space_to_json(module.policy_observation_space)}
+                if module.policy_observation_space is not module.observation_space
+                else {}
+            ),
         },
         "hyperparameters": hyperparameters,
         "env_steps": int(module.env_steps),

@@ -187,16 +187,26 @@ def model_card(config: Mapping[str, Any], source: str, files: Sequence[str]) -> 
         "",
     ]
     if EXPORT_NAMES["onnx"] in files or EXPORT_NAMES["pt2"] in files:
-        lines += ["Without rl_lightning (observations `(batch, *obs_shape)` in, greedy actions out):", "", "```python"]
+        space = config["env"].get("policy_observation_space", config["env"]["observation_space"])
+        keys = list(space["spaces"]) if space.get("type") == "Dict" else None  # one input per key, in order
+        inputs = "observations `(batch, *obs_shape)`" if keys is None else f"one input per key ({', '.join(keys)})"
+        lines += [f"Without rl_lightning ({inputs} in, greedy actions out):", "", "```python"]
         if EXPORT_NAMES["pt2"] in files:
-            lines += ["import torch", "", 'policy = torch.export.load("policy.pt2").module()', "actions = policy(obs)"]
+            call = "obs" if keys is None else ", ".join(f'obs["{key}"]' for key in keys)
+            lines += [
+                "import torch",
+                "",
+                'policy = torch.export.load("policy.pt2").module()',
+                f"actions = policy({call})",
+            ]
         if EXPORT_NAMES["onnx"] in files:
+            feed = '{"obs": obs}' if keys is None else "{" + ", ".join(f'"{key}": obs["{key}"]' for key in keys) + "}"
             lines += [""] if EXPORT_NAMES["pt2"] in files else []
             lines += [
                 "import onnxruntime",
                 "",
                 'session = onnxruntime.InferenceSession("policy.onnx")',
-                'actions = session.run(None, {"obs": obs})[0]',
+                f"actions = session.run(None, {feed})[0]",
             ]
         lines += ["```", ""]
     hyperparameters = json.dumps(config["hyperparameters"], indent=2)

@@ -5,6 +5,8 @@ offset every reward of an episode carries."""
 
 from __future__ import annotations
 
+import json
+
 import gymnasium as gym
 import pytest
 import torch
@@ -179,6 +181,9 @@ def test_the_hub_folder_policy_takes_the_actor_keys_and_the_module_loads_back(tm
     policy = torch.export.load(str(folder / "policy.pt2")).module()
     obs = _observations()
     assert torch.equal(policy(obs[OBSERVATION_KEY]), module.act(obs, greedy=True))
+    config = json.loads((folder / "config.json").read_text())
+    assert list(config["env"]["policy_observation_space"]["spaces"]) == [OBSERVATION_KEY]
+    assert 'actions = policy(obs["observation"])' in (folder / "README.md").read_text()
     loaded = PPOModule.from_pretrained(folder)
     assert loaded.hparams.actor_keys == [OBSERVATION_KEY] and loaded.hparams.critic_keys == [STATE_KEY]
     assert torch.equal(loaded.act(obs, greedy=True), module.act(obs, greedy=True))
