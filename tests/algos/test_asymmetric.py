@@ -255,3 +255,15 @@ def test_two_seeds_of_an_asymmetric_off_policy_module_each_equal_their_one_seed_
     assert ours.keys() == theirs.keys()
     for name, value in theirs.items():
         assert torch.allclose(ours[name], value, atol=1e-5), name
+
+
+@pytest.mark.parametrize("algorithm", [PPOModule, TD3Module])
+def test_a_compiled_asymmetric_update_equals_the_eager_one(algorithm):
+    env_id, settings = (ENV_ID, TINY) if algorithm is PPOModule else (CONTINUOUS_ID, OFF_POLICY)
+    eager = algorithm(env_id, seed=2, **settings, **KEYS)
+    quiet_fit(eager, max_steps=8 if algorithm is PPOModule else 20)
+    compiled = algorithm(env_id, seed=2, compile={"backend": "aot_eager"}, **settings, **KEYS)
+    quiet_fit(compiled, max_steps=8 if algorithm is PPOModule else 20)
+    theirs = compiled.state_dict()
+    for name, value in eager.state_dict().items():
+        assert torch.allclose(theirs[name], value, atol=1e-5), name
