@@ -7,6 +7,11 @@ for each training step k (train_freq=1, gradient_steps=1: one env step of every 
                    a' = argmax_a Q(s', a) (double DQN) or argmax_a Q_target(s', a)
     optimizer step: gradient norm clipped to max_grad_norm, then Adam
     callbacks: TargetNetworkSync (every N env steps / Polyak), EpsilonDecay (sets module.epsilon)
+
+Rainbow's pieces (Hessel et al. 2018), each on its own or together: ``dueling`` (a value and an advantage stream),
+``distributional`` (``"c51"``: the cross-entropy to the projected target distribution; ``"qr"``: the quantile Huber
+loss; :func:`distributional_dqn_loss`), ``noisy`` (noisy layers explore instead of epsilon), with ``prioritized`` and
+``n_step`` from the off-policy layer: ``configs/rainbow_cartpole.yaml``, ``configs/rainbow_atari.yaml``.
 """
 
 from __future__ import annotations
@@ -19,15 +24,22 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
-from rl_lightning._checks import check_bool, check_choice, check_float, check_int, check_sizes
+from rl_lightning._checks import check_bool, check_choice, check_float, check_int, check_sizes, check_unused
 from rl_lightning.algos.off_policy import OffPolicyModule
 from rl_lightning.callbacks.epsilon import EpsilonDecay
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
 from rl_lightning.data.replay import ReplayBufferSamples, epsilon_greedy
+from rl_lightning.distributional import (
+    categorical_cross_entropy,
+    categorical_kl,
+    project_categorical,
+    quantile_huber_loss,
+    quantile_td_targets,
+)
 from rl_lightning.envs.spaces import ACTION_MASK_KEY
 from rl_lightning.export import GreedyPolicy
 from rl_lightning.losses import compute_td_loss, compute_td_target, compute_weighted_td_loss
-from rl_lightning.nets import QNetwork, is_masked, masked_logits
+from rl_lightning.nets import QNetwork, RainbowQNetwork, is_masked, masked_logits
 from rl_lightning.seeding import seeded
 
 
@@ -96,6 +108,18 @@ class DQNModule(OffPolicyModule):
         prioritized_alpha: how much the priorities count, in [0, 1] (0: uniform); only with ``prioritized=True``.
         prioritized_beta: the importance weights' exponent at the start, in [0, 1], annealed linearly to 1 over the
             run; only with ``prioritized=True``.
+        dueling: separate value and advantage streams after the encoder, ``Q = V + A - mean_a A`` (Wang et al. 2016).
+        distributional: None (scalar Q-values, ``loss``), ``"c51"`` (Bellemare et al. 2017: ``num_atoms`` atoms in
+            [v_min, v_max], the cross-entropy to the projected n-step target; prioritized by the KL) or ``"qr"``
+            (Dabney et al. 2018 QR-DQN: ``num_quantiles`` quantiles, the quantile Huber loss, kappa 1); Q is the mean.
+        num_atoms: C51's atoms (>= 2); only with ``distributional="c51"``.
+        v_min: C51's lowest atom, below ``v_max``; only with ``distributional="c51"``.
+        v_max: C51's highest atom; only with ``distributional="c51"``.
+        num_quantiles: QR-DQN's quantiles, at fractions (2i + 1) / 2N; only with ``distributional="qr"``.
+        noisy: factorised Gaussian noisy layers in the head (Fortunato et al. 2018) explore instead of epsilon-greedy
+            (epsilon 0: the epsilon settings are refused), new noise before every acting step and every update;
+            greedy play, evaluation and exports use the mean weights.
+        noisy_sigma: the noisy layers' sigma_0 (initial noise scale); only with ``noisy=True``.
     """
 
     action_kinds = ("discrete",)
@@ -138,6 +162,14 @@ class DQNModule(OffPolicyModule):
         prioritized_alpha: float = 0.6,
         prioritized_beta: float = 0.4,
         num_seeds: int = 1,
+        dueling: bool = False,
+        distributional: str | None = None,
+        num_atoms: int = 51,
+        v_min: float = -10.0,
+        v_max: float = 10.0,
+        num_quantiles: int = 200,
+        noisy: bool = False,
+        noisy_sigma: float = 0.5,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         check_float("lr", lr, 0.0, low_open=True)
@@ -151,13 +183,48 @@ class DQNModule(OffPolicyModule):
         check_bool("double_dqn", double_dqn)
         check_choice("loss", loss, ("mse", "huber"))
         hidden_sizes = check_sizes("hidden_sizes", hidden_sizes)
+        self._check_rainbow_settings(dict(locals()))
         self.save_hyperparameters(ignore=["network"])
         with seeded(seed):  # the same initial weights on every rank
-            self.q_network = QNetwork(self.observation_space, self.action_space, hidden_sizes, network)
+            if dueling or distributional is not None or noisy:
+                head = (dueling, distributional, num_atoms, v_min, v_max, num_quantiles, noisy, noisy_sigma)
+                self.q_network = RainbowQNetwork(
+                    self.observation_space, self.action_space, hidden_sizes, network, *head
+                )
+            else:
+                self.q_network = QNetwork(self.observation_space, self.action_space, hidden_sizes, network)
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
-        self._epsilon = float(epsilon_start)
+        self._epsilon = 0.0 if noisy else float(epsilon_start)  # noisy: the noise explores
         #: Whether the env gives action masks: then acting, exploring and the TD target's max are over legal actions.
         self.masked = is_masked(self.observation_space)
+
+    def _check_rainbow_settings(self, values: dict[str, Any]) -> None:
+        """Rainbow's arguments checked; one that the other settings leave without effect is refused."""
+        check_bool("dueling", values["dueling"])
+        distributional = check_choice("distributional", values["distributional"], (None, "c51", "qr"))
+        check_int("num_atoms", values["num_atoms"], 2)
+        v_min, v_max = check_float("v_min", values["v_min"]), check_float("v_max", values["v_max"])
+        if v_min >= v_max:
+            raise ValueError(f"v_min ({v_min}) must be below v_max ({v_max}): C51's atoms span [v_min, v_max]")
+        check_int("num_quantiles", values["num_quantiles"], 1)
+        noisy = check_bool("noisy", values["noisy"])
+        check_float("noisy_sigma", values["noisy_sigma"], 0.0, low_open=True)
+        for name in ("num_atoms", "v_min", "v_max", "num_quantiles"):
+            needs = "qr" if name == "num_quantiles" else "c51"
+            if distributional != needs:
+                because = f"distributional is {distributional!r}"
+                check_unused(name, values[name], self._default(name), because, f"set distributional={needs!r}")
+        if distributional is not None:
+            trains_on = "the cross-entropy to the projected target" if distributional == "c51" else "its quantile loss"
+            because = f"distributional={distributional!r} trains on {trains_on}, not a TD loss"
+            check_unused("loss", values["loss"], self._default("loss"), because, "use distributional=None")
+        if not noisy:
+            check_unused(
+                "noisy_sigma", values["noisy_sigma"], self._default("noisy_sigma"), "noisy is False", "set noisy=True"
+            )
+        for name in ("epsilon_start", "epsilon_end", "exploration_fraction") if noisy else ():
+            because = "noisy=True explores by the noise (epsilon is 0)"
+            check_unused(name, values[name], self._default(name), because, "use noisy=False for epsilon-greedy")
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -173,12 +240,21 @@ class DQNModule(OffPolicyModule):
             member._epsilon = self._epsilon
 
     def explore(self, obs: Tensor, generator: torch.Generator) -> Tensor:
-        """Epsilon-greedy on the live Q-network (over the legal actions where the env gives masks)."""
+        """Epsilon-greedy on the live Q-network (over the legal actions where the env gives masks); ``noisy``: greedy
+        on the Q-network with new noise from ``generator`` (epsilon is 0)."""
+        if self.hparams.noisy:
+            self.q_network.reset_noise(generator)
         return epsilon_greedy(self.q_network(obs), self._epsilon, generator, self._action_mask(obs))
 
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
-        """argmax Q if ``greedy``, else epsilon-greedy with the current ``epsilon``."""
-        q_values = self.q_network(obs)
+        """argmax Q if ``greedy`` (``noisy``: on the mean weights), else epsilon-greedy with the current ``epsilon``
+        (``noisy``: greedy with new noise from torch's global RNG)."""
+        if greedy:
+            q_values = self(obs)
+        else:
+            if self.hparams.noisy:
+                self.q_network.reset_noise()
+            q_values = self.q_network(obs)
         self.check_finite_outputs(q_values, "Q-values")
         return epsilon_greedy(q_values, 0.0 if greedy else self._epsilon, action_mask=self._action_mask(obs))
 
@@ -186,7 +262,9 @@ class DQNModule(OffPolicyModule):
         return obs[ACTION_MASK_KEY] if self.masked else None
 
     def forward(self, obs: Tensor) -> Tensor:
-        """Q-values ``(batch, num_actions)``."""
+        """Q-values ``(batch, num_actions)`` (``noisy``: on the mean weights, noise off)."""
+        if self.hparams.noisy:
+            return self.q_network.q_values(obs, noise=False)
         return self.q_network(obs)
 
     def greedy_policy(self) -> nn.Module:
@@ -201,14 +279,17 @@ class DQNModule(OffPolicyModule):
         hp = self.hparams
 
         def arguments(module: DQNModule, part: ReplayBufferSamples) -> tuple[Any, ...]:
+            if hp.noisy:  # new noise for this update, online then target, from the module's own (checkpointed) stream
+                module.q_network.reset_noise(module.update_generator)
+                module.target_network.reset_noise(module.update_generator)
             mask = module._action_mask(part.next_obs)
             weights = () if part.weights is None else (part.weights,)  # prioritized replay: the weighted loss
             args = (module.q_network, module.target_network, part, module.discounts(part), mask, hp.double_dqn)
-            return (*args, hp.loss, *weights)
+            return (*args, *weights) if hp.distributional else (*args, hp.loss, *weights)
 
-        outputs = self.seed_update(dqn_loss, batch, arguments)
+        outputs = self.seed_update(distributional_dqn_loss if hp.distributional else dqn_loss, batch, arguments)
         loss, q_mean = outputs[:2]
-        if len(outputs) == 3:  # prioritized replay: the TD errors for the new priorities
+        if len(outputs) == 3:  # prioritized replay: the TD errors (distributional: the per-sample losses)
             self.update_priorities(batch, outputs[2])
         if self.should_log():
             self.log_metrics(
@@ -227,11 +308,13 @@ class DQNModule(OffPolicyModule):
 
     def configure_callbacks(self) -> list[L.Callback]:
         hp = self.hparams
-        return [
+        callbacks = [
             *super().configure_callbacks(),
             TargetNetworkSync(every_n_env_steps=hp.target_update_env_steps, tau=hp.tau),
-            EpsilonDecay(start=hp.epsilon_start, end=hp.epsilon_end, fraction=hp.exploration_fraction),
         ]
+        if not hp.noisy:  # noisy: the noise explores, epsilon stays 0
+            callbacks.append(EpsilonDecay(start=hp.epsilon_start, end=hp.epsilon_end, fraction=hp.exploration_fraction))
+        return callbacks
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -287,3 +370,60 @@ def dqn_loss(
         return compute_td_loss(q_values, td_targets, loss), q_values.detach().mean()
     td_loss = compute_weighted_td_loss(q_values, td_targets, weights, loss)
     return td_loss, q_values.detach().mean(), (q_values.detach().float() - td_targets.float())
+
+
+def distributional_dqn_loss(
+    q_network: RainbowQNetwork,
+    target_network: RainbowQNetwork,
+    batch: ReplayBufferSamples,
+    discounts: float | Tensor,
+    next_mask: Tensor | None,
+    double_dqn: bool,
+    weights: Tensor | None = None,
+) -> tuple[Tensor, Tensor] | tuple[Tensor, Tensor, Tensor]:
+    """Distributional DQN's update as a pure function (``DQNModule.update_loss`` calls it for ``distributional``,
+    through ``torch.compile`` with ``compile=True``): the mean per-sample loss of ``batch`` and the mean Q(s, a),
+    without gradient; with ``weights`` (prioritized replay), the loss weighted per sample and a third output, the new
+    priorities ``(batch,)``: C51's KL divergence of the prediction from its target (Hessel et al. 2018), QR's
+    per-sample quantile Huber loss.
+
+    The next action is the argmax of the mean Q: of ``q_network`` (double DQN, as Rainbow) or of ``target_network``
+    (C51's and QR-DQN's papers, sb3-contrib); ``target_network``'s distribution of it is the target's, projected
+    onto the atoms (C51, :func:`project_categorical`) or shifted quantile by quantile (QR, :func:`quantile_td_targets`).
+
+    Args:
+        discounts: ``gamma``, or the per-sample gamma^k of n-step samples.
+        next_mask: bool ``(batch, num_actions)``, the next states' legal actions, or None (no masks); a next state
+            without one bootstraps from nothing (the scalar loss's value 0).
+        double_dqn: pick a' with ``q_network``, value it with ``target_network``; else the target's own argmax.
+        weights: float32 ``(batch,)`` importance weights, or None (uniform replay: the plain mean).
+    """
+    head = q_network.head
+    distribution = q_network.distribution(batch.obs)  # (batch, num_actions, N)
+    taken_index = batch.actions.long().view(-1, 1, 1).expand(-1, 1, distribution.shape[-1])
+    taken = distribution.gather(1, taken_index).squeeze(1)  # (batch, N): log-probabilities (C51) or quantiles (QR)
+    with torch.no_grad():
+        next_distribution = target_network.distribution(batch.next_obs)
+        next_q_values = q_network(batch.next_obs) if double_dqn else head.expectation(next_distribution)
+        terminated = batch.terminated.bool()
+        if next_mask is not None:
+            next_q_values = masked_logits(next_q_values, next_mask)
+            terminated = terminated | ~next_mask.any(dim=1)
+        next_index = next_q_values.argmax(dim=1).view(-1, 1, 1).expand(-1, 1, next_distribution.shape[-1])
+        next_taken = next_distribution.gather(1, next_index).squeeze(1)
+        if head.distributional == "c51":
+            targets = project_categorical(
+                next_taken.exp(), batch.rewards, terminated, discounts, head.support(next_taken.device)
+            )
+        else:
+            targets = quantile_td_targets(next_taken, batch.rewards, terminated, discounts)
+    if head.distributional == "c51":
+        per_sample = categorical_cross_entropy(targets, taken)
+    else:
+        per_sample = quantile_huber_loss(taken, targets)
+    q_mean = head.expectation(taken.detach()).mean()
+    if weights is None:
+        return per_sample.mean(), q_mean
+    # C51: the KL, zero where prediction and target agree (the cross-entropy never falls below the target's entropy)
+    priorities = categorical_kl(targets, taken.detach()) if head.distributional == "c51" else per_sample.detach()
+    return (weights.float() * per_sample).mean(), q_mean, priorities

@@ -39,6 +39,7 @@ from rl_lightning.nets.networks import (
     ValueNetwork,
     orthogonal_init,
 )
+from rl_lightning.nets.q_heads import NoisyLinear, QHead, RainbowQNetwork, factorised_noise
 from rl_lightning.sampling import (
     MASK_CONVENTION,
     as_bool_mask,
@@ -63,8 +64,11 @@ __all__ = [
     "ImageEncoder",
     "MultiCategoricalHead",
     "MultiInputEncoder",
+    "NoisyLinear",
     "PolicyNetwork",
+    "QHead",
     "QNetwork",
+    "RainbowQNetwork",
     "RecurrentActorCritic",
     "SquashedGaussianActor",
     "ValueNetwork",
@@ -73,6 +77,7 @@ __all__ = [
     "as_bool_mask",
     "as_observation_space",
     "categorical_entropy",
+    "factorised_noise",
     "is_image_space",
     "is_masked",
     "make_encoder",
