@@ -2,18 +2,24 @@
 paper on hand-computed cases, each option and all of them (with prioritized replay and n-step returns) through a
 short fit, num_seeds, exact resume, export (noise off), compile, and the refused combinations."""
 
+import inspect
 import math
+import runpy
+import sys
+from pathlib import Path
 
 import lightning as L
 import onnxruntime
 import pytest
 import torch
+import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from sb3_contrib.common.utils import quantile_huber_loss as sb3_quantile_huber_loss
 
 from rl_lightning import DQNModule
 from rl_lightning.algos.dqn import distributional_dqn_loss
 from rl_lightning.callbacks.epsilon import EpsilonDecay
+from rl_lightning.cli import make_cli
 from rl_lightning.data.replay import ReplayBufferSamples
 from rl_lightning.distributional import (
     categorical_cross_entropy,
@@ -412,3 +418,92 @@ def test_the_defaults_written_out_are_accepted():
     """configs/*.yaml write every argument: the unused ones at their defaults are not "set"."""
     DQNModule(distributional="qr", num_atoms=51, v_min=-10.0, v_max=10.0, loss="mse", noisy_sigma=0.5)
     DQNModule(noisy=True, epsilon_start=1.0, epsilon_end=0.05, exploration_fraction=0.1)
+
+
+# -- the configs and the script ---------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ["rainbow_cartpole", "rainbow_atari", "dqn_cartpole", "dqn_atari"]
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_configs_write_out_every_argument_and_build(name):
+    init_args = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())["model"]["init_args"]
+    arguments = set(inspect.signature(DQNModule.__init__).parameters) - {"self"}
+    assert set(init_args) == arguments
+    assert {"dueling", "distributional", "noisy", "noisy_sigma"} <= set(init_args)
+    if name.startswith("rainbow"):
+        assert init_args["dueling"] and init_args["noisy"] and init_args["prioritized"]
+        assert init_args["distributional"] == "c51" and init_args["n_step"] == 3
+    if name == "rainbow_atari":  # Hessel et al. 2018, table 1
+        assert (init_args["lr"], init_args["v_min"], init_args["v_max"], init_args["num_atoms"]) == (
+            6.25e-5,
+            -10,
+            10,
+            51,
+        )
+        assert (init_args["prioritized_alpha"], init_args["prioritized_beta"], init_args["batch_size"]) == (
+            0.5,
+            0.4,
+            32,
+        )
+        assert (init_args["target_update_env_steps"], init_args["learning_starts"]) == (
+            8_000,
+            20_000,
+        )  # 32k, 80k frames
+
+
+def test_rl_lightning_fit_takes_the_rainbow_config(tmp_path):
+    cli = make_cli(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs" / "rainbow_cartpole.yaml"),
+            "--model.init_args.learning_starts=64",
+            "--model.init_args.buffer_size=1000",
+            "--model.init_args.batch_size=16",
+            "--trainer.max_steps=5",
+            "--trainer.enable_progress_bar=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ]
+    )
+    assert cli.trainer.global_step == 5 and isinstance(cli.model.q_network, RainbowQNetwork)
+    [checkpoint] = (tmp_path / "lightning_logs").glob("DQN-CartPole-v1/version_0/checkpoints/last.ckpt")
+    loaded = DQNModule.load_from_checkpoint(checkpoint)
+    assert loaded.hparams.distributional == "c51" and loaded.hparams.noisy and loaded.hparams.v_max == 100.0
+
+
+def test_train_dqn_takes_the_rainbow_flags(tmp_path, monkeypatch):
+    """scripts/train_dqn.py reads every DQNModule argument as a flag (its --config takes the script's flat options,
+    as --print_config writes them, not the model/trainer layout of configs/)."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["train_dqn.py", "--dueling", "true", "--distributional", "qr", "--num_quantiles", "8", "--noisy", "true"]
+    argv += ["--prioritized", "true", "--n_step", "3", "--max_steps", "5", "--learning_starts", "64"]
+    argv += ["--buffer_size", "1000", "--batch_size", "16", "--no_video"]
+    monkeypatch.setattr(sys, "argv", argv)
+    runpy.run_path(str(ROOT / "scripts" / "train_dqn.py"), run_name="__main__")  # returns after a finished run
+    [checkpoint] = (tmp_path / "lightning_logs").glob("DQN-CartPole-v1/version_0/checkpoints/last.ckpt")
+    loaded = DQNModule.load_from_checkpoint(checkpoint)
+    assert loaded.hparams.distributional == "qr" and loaded.hparams.num_quantiles == 8 and loaded.hparams.noisy
+
+
+def test_the_rainbow_atari_config_fits_a_few_updates(tmp_path):
+    pytest.importorskip("ale_py")
+    preset = '{"atari": {"terminal_on_life_loss": true, "repeat_action_probability": 0.0, "max_episode_steps": 100}}'
+    cli = make_cli(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs" / "rainbow_atari.yaml"),
+            "--model.env_id=ALE/Pong-v5",
+            f"--model.init_args.env_kwargs={preset}",
+            "--model.init_args.buffer_size=2000",
+            "--model.init_args.learning_starts=400",
+            "--model.init_args.steps_per_epoch=25",
+            "--total_env_steps=600",
+            "--trainer.enable_progress_bar=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        ]
+    )
+    assert cli.model.env_steps >= 600 and cli.trainer.global_step == 50
+    assert cli.model.q_network.head.value_stream is not None and cli.model.epsilon == 0.0
