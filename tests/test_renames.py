@@ -66,7 +66,7 @@ HISTORY = {
     TD3Module: "env_id num_envs buffer_size batch_size learning_starts train_freq gradient_steps steps_per_epoch "
     "gamma n_step lr tau policy_delay target_noise target_noise_clip exploration_noise num_critics hidden_sizes "
     "max_grad_norm seed checkpoint_buffer env_backend env_kwargs compile updates_per_step prioritized "
-    "prioritized_alpha prioritized_beta num_seeds actor_keys critic_keys",
+    "prioritized_alpha prioritized_beta num_seeds actor_keys critic_keys her",
     TargetNetworkSync: "every_n_env_steps tau online_attr target_attr every_n_train_steps",
     QNetwork: "obs_shape num_actions hidden_sizes observation_space action_space network",
     evaluate_policy: "act env_id num_episodes seed device max_episode_steps env policy every_64_steps seed_index",

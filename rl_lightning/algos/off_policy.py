@@ -37,6 +37,7 @@ from rl_lightning._checks import SettingsError, check_bool, check_float, check_i
 from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.schedule import linear_schedule, planned_updates
 from rl_lightning.checkpoints import gather_over_ranks
+from rl_lightning.data.her import HERSettings, check_goal_space, check_her_settings
 from rl_lightning.data.replay import ReplayBufferSamples, ReplaySource, check_buffer_settings
 from rl_lightning.deprecations import keyword_only
 from rl_lightning.envs.base import VectorEnv
@@ -83,6 +84,7 @@ class ReplaySettings:
     prioritized: bool = False
     prioritized_alpha: float = 0.6
     prioritized_beta: float = 0.4
+    her: dict[str, Any] | None = None  # HERSettings.as_dict(): plain values
 
 
 class OffPolicyModule(RLModule):
@@ -126,6 +128,11 @@ class OffPolicyModule(RLModule):
             the run's env steps (1: the weights undo the sampling's bias fully).
         tau: the target networks' update weight in (0, 1] (``TargetNetworkSync``: 1 copies, smaller values
             Polyak-average); None: the algorithm has none.
+        her: hindsight experience replay for goal-conditioned envs (``rl_lightning.data.her``): a ``HERSettings`` or
+            a dict of its fields (``{"strategy": "future", "k": 4}``): ``k / (k + 1)`` of each batch relabelled at
+            sample time with a goal the same episode achieved, its reward (and termination) recomputed by the env's
+            ``compute_reward`` (``compute_terminated``). Needs Dict observations with ``"achieved_goal"`` and
+            ``"desired_goal"`` keys, n_step=1 and uniform replay. None: no relabelling.
     """
 
     #: Whether the algorithm's loss takes prioritized replay's importance weights and reports its TD errors
@@ -158,9 +165,14 @@ class OffPolicyModule(RLModule):
         prioritized_beta: float = 0.4,
         tau: float | None = None,
         num_seeds: int = 1,
+        her: HERSettings | dict[str, Any] | None = None,
     ):
         values = locals()
         super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile, num_seeds)
+        her_settings = HERSettings.of(her)
+        if her_settings is not None:
+            check_her_settings(n_step, frame_replay, prioritized)
+            check_goal_space(self.observation_space, env_id)
         check_int("updates_per_step", updates_per_step, 1)
         if frame_replay is not None:
             check_bool("frame_replay", frame_replay)
@@ -194,10 +206,19 @@ class OffPolicyModule(RLModule):
             )
         self._num_envs = num_envs
         #: The replay settings of the layer.
+        values["her"] = None if her_settings is None else her_settings.as_dict()
         self.replay = ReplaySettings(**{f.name: values[f.name] for f in fields(ReplaySettings)})
         self._update_generator: torch.Generator | None = None
         self._update_generator_state: Tensor | None = None  # from a checkpoint, until the generator exists
         self._run_env_steps: float | None = None  # the run's planned env steps (prioritized_beta's schedule)
+
+    def save_hyperparameters(self, *args: Any, frame: Any = None, **kwargs: Any) -> None:
+        """Lightning's, with ``her`` as plain values (a dict, not ``HERSettings``): checkpoints load with
+        ``weights_only`` and the Hub's config is JSON."""
+        current = inspect.currentframe()
+        super().save_hyperparameters(*args, frame=frame or (current.f_back if current else None), **kwargs)
+        if self.hparams.get("her") is not None:
+            self.hparams["her"] = self._hparams_initial["her"] = self.replay.her
 
     @classmethod
     def _default(cls, name: str) -> Any:
@@ -275,6 +296,7 @@ class OffPolicyModule(RLModule):
             prioritized=replay.prioritized,
             prioritized_alpha=replay.prioritized_alpha,
             prioritized_beta=self.prioritized_beta_at,
+            her=HERSettings.of(replay.her),
         )
 
     @property

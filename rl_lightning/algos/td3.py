@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from rl_lightning._checks import check_float, check_int, check_sizes
 from rl_lightning.algos.off_policy import OffPolicyModule
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
+from rl_lightning.data.her import HERSettings
 from rl_lightning.data.replay import ReplayBufferSamples
 from rl_lightning.export import GreedyPolicy
 from rl_lightning.losses import (
@@ -91,6 +92,8 @@ class TD3Module(OffPolicyModule):
             ``evaluate_policy``, every export and the Hub folder's policy then take only these. None: every key (a
             Dict observation's vector keys are concatenated: ``rl_lightning.nets.FlatKeys``).
         critic_keys: the keys the critics read (e.g. a simulator's privileged state); None: every key.
+        her: hindsight experience replay for goal-conditioned envs (``OffPolicyModule``): ``HERSettings`` or a dict
+            (``{"strategy": "future", "k": 4}``); None: none.
     """
 
     action_kinds = ("box",)
@@ -129,6 +132,7 @@ class TD3Module(OffPolicyModule):
         num_seeds: int = 1,
         actor_keys: Sequence[str] | None = None,
         critic_keys: Sequence[str] | None = None,
+        her: HERSettings | dict[str, Any] | None = None,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         check_float("lr", lr, 0.0, low_open=True)

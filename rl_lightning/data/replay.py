@@ -22,6 +22,7 @@ from torch import Tensor
 from rl_lightning._checks import SettingsError
 from rl_lightning.data.episodes import game_steps
 from rl_lightning.data.frame_replay import FrameStackReplayBuffer, frame_stack_axis
+from rl_lightning.data.her import HERSettings, HindsightReplayBuffer, check_her_settings, describe
 from rl_lightning.data.prioritized import PrioritizedFrameStackReplayBuffer, PrioritizedReplayBuffer
 from rl_lightning.data.replay_buffer import ReplayBuffer, ReplayBufferSamples, check_buffer_settings, lazy_zeros
 from rl_lightning.data.source import EnvSource
@@ -95,11 +96,15 @@ def make_replay_buffer(
     frame_replay: bool | None = None,
     prioritized: bool = False,
     prioritized_alpha: float = 0.6,
+    her: HERSettings | None = None,
 ) -> Any:
-    """The replay buffer for ``envs`` (``ReplaySource``'s ``frame_replay`` and ``prioritized``): each frame of a
-    frame-stack observation once, else :class:`ReplayBuffer`, sampling by priority with ``prioritized``
-    (``rl_lightning.data.prioritized``); its size logged, and refused if it does not fit in the device's available
-    memory, before anything is allocated."""
+    """The replay buffer for ``envs`` (``ReplaySource``'s ``frame_replay``, ``prioritized`` and ``her``): each frame
+    of a frame-stack observation once, else :class:`ReplayBuffer`, sampling by priority with ``prioritized``
+    (``rl_lightning.data.prioritized``), relabelling goals with ``her`` (``rl_lightning.data.her``); its size logged,
+    and refused if it does not fit in the device's available memory, before anything is allocated."""
+    if her is not None:
+        check_her_settings(n_step, frame_replay, prioritized)
+        frame_replay = False
     axis = frame_stack_axis(envs.obs_shape, envs.obs_dtype)
     if frame_replay is None:
         frame_replay = axis is not None
@@ -117,11 +122,14 @@ def make_replay_buffer(
         )
         kind = "each frame of the stacks once"
     else:
-        cls = PrioritizedReplayBuffer if prioritized else ReplayBuffer
+        cls = PrioritizedReplayBuffer if prioritized else HindsightReplayBuffer if her is not None else ReplayBuffer
         nbytes = cls.bytes_needed(buffer_size, envs.obs_shape, envs.num_envs, action_shape, envs.obs_dtype, n_step)
         kind = "obs and next_obs whole"
     if prioritized:
         kind += ", prioritized"
+    if her is not None:
+        kind += f", {describe(her)}"
+        options["her"] = her
     what = f"the replay buffer ({buffer_size:,} transitions of {_describe_obs(envs)}, {kind})"
     check_fits_in_memory(
         nbytes,
@@ -209,6 +217,7 @@ class ReplaySource(EnvSource):
         prioritized_alpha: how much the priorities count (0: uniform).
         prioritized_beta: the importance weights' exponent, or a function of ``env_steps`` giving it at each
             sample (an annealing schedule).
+        her: relabel goal-conditioned samples with hindsight goals (``rl_lightning.data.her``); None: none.
 
     Before allocating, the buffer's size is logged, and a buffer larger than the device's available memory
     (RAM or GPU) is a ``ValueError`` with the numbers.
@@ -235,12 +244,13 @@ class ReplaySource(EnvSource):
         prioritized: bool = False,
         prioritized_alpha: float = 0.6,
         prioritized_beta: float | Callable[[int], float] = 0.4,
+        her: HERSettings | None = None,
     ):
         super().__init__(envs, seed=seed, world_size=world_size, env_steps=env_steps)
         # The settings were checked where they entered (OffPolicyModule; the buffer's by ReplayBuffer).
         self.explore = explore
         self.buffer = make_replay_buffer(
-            envs, buffer_size, buffer_seed, n_step, gamma, frame_replay, prioritized, prioritized_alpha
+            envs, buffer_size, buffer_seed, n_step, gamma, frame_replay, prioritized, prioritized_alpha, her
         )
         self.prioritized = prioritized
         self.prioritized_beta = prioritized_beta

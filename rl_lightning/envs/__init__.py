@@ -8,6 +8,7 @@ from rl_lightning.deprecations import RLLightningDeprecationWarning
 from rl_lightning.envs.acrobot import Acrobot
 from rl_lightning.envs.ale_vector import AleVectorEnv
 from rl_lightning.envs.base import VectorEnv
+from rl_lightning.envs.bit_flipping import BitFlipping, bit_flipping_factory
 from rl_lightning.envs.cartpole import CartPole, CartPoleNoVel
 from rl_lightning.envs.envpool_adapter import EnvPoolVectorEnv
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
@@ -57,10 +58,13 @@ register("MultiBinaryProbe-v0", MultiBinaryProbe, solved_return=1.0)
 register("MaskedProbe-v0", MaskedProbe)
 register("PrivilegedBandit-v0", PrivilegedBandit)
 register("PrivilegedBanditContinuous-v0", PrivilegedBanditContinuous)
+for _num_bits in (10, 20):  # goal-conditioned (hindsight relabelling: rl_lightning.data.her)
+    register(f"BitFlipping{_num_bits}-v0", bit_flipping_factory(_num_bits))
 
 __all__ = [
     "Acrobot",
     "AleVectorEnv",
+    "BitFlipping",
     "CartPole",
     "CartPoleNoVel",
     "ContinuousProbe1",

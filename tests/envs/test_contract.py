@@ -33,6 +33,8 @@ RANDOM_ENV_IDS = {
     "MaskedProbe-v0",
     "MultiBinaryProbe-v0",
     "MultiDiscreteProbe-v0",
+    "BitFlipping10-v0",
+    "BitFlipping20-v0",
 }
 DISCRETE_ENV_IDS = [env_id for env_id in ENV_IDS if make_envs(env_id, 1).action_kind == "discrete"]
 BOX_ENV_IDS = [env_id for env_id in ENV_IDS if make_envs(env_id, 1).action_kind == "box"]
