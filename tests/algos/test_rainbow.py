@@ -507,3 +507,24 @@ def test_the_rainbow_atari_config_fits_a_few_updates(tmp_path):
     )
     assert cli.model.env_steps >= 600 and cli.trainer.global_step == 50
     assert cli.model.q_network.head.value_stream is not None and cli.model.epsilon == 0.0
+
+
+@pytest.mark.parametrize("distributional", ["c51", "qr"])
+def test_a_masked_env_acts_only_on_legal_actions(distributional):
+    module = DQNModule(
+        env_id="MaskedProbe-v0",
+        seed=0,
+        distributional=distributional,
+        dueling=True,
+        noisy=True,
+        **{**TINY, "num_quantiles": 8} if distributional == "qr" else TINY,
+    )
+    quiet_fit(module, 10)
+    envs = module.make_envs(64, 5)
+    obs, _ = envs.reset(seed=5)
+    mask = obs["action_mask"]
+    assert not mask.all()  # some actions are illegal
+    for greedy in (True, False):
+        actions = module.act(obs, greedy=greedy)
+        assert mask.gather(1, actions.unsqueeze(1)).all()
+    assert mask.gather(1, module.explore(obs, torch.Generator().manual_seed(0)).unsqueeze(1)).all()
