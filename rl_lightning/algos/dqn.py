@@ -200,6 +200,7 @@ class DQNModule(OffPolicyModule):
 
     def _check_rainbow_settings(self, values: dict[str, Any]) -> None:
         """Rainbow's arguments checked; one that the other settings leave without effect is refused."""
+        default = DQNModule._default  # DQNModule's signature: a subclass's __init__ may take them as **kwargs
         check_bool("dueling", values["dueling"])
         distributional = check_choice("distributional", values["distributional"], (None, "c51", "qr"))
         check_int("num_atoms", values["num_atoms"], 2)
@@ -213,18 +214,18 @@ class DQNModule(OffPolicyModule):
             needs = "qr" if name == "num_quantiles" else "c51"
             if distributional != needs:
                 because = f"distributional is {distributional!r}"
-                check_unused(name, values[name], self._default(name), because, f"set distributional={needs!r}")
+                check_unused(name, values[name], default(name), because, f"set distributional={needs!r}")
         if distributional is not None:
             trains_on = "the cross-entropy to the projected target" if distributional == "c51" else "its quantile loss"
             because = f"distributional={distributional!r} trains on {trains_on}, not a TD loss"
-            check_unused("loss", values["loss"], self._default("loss"), because, "use distributional=None")
+            check_unused("loss", values["loss"], default("loss"), because, "use distributional=None")
         if not noisy:
             check_unused(
-                "noisy_sigma", values["noisy_sigma"], self._default("noisy_sigma"), "noisy is False", "set noisy=True"
+                "noisy_sigma", values["noisy_sigma"], default("noisy_sigma"), "noisy is False", "set noisy=True"
             )
         for name in ("epsilon_start", "epsilon_end", "exploration_fraction") if noisy else ():
             because = "noisy=True explores by the noise (epsilon is 0)"
-            check_unused(name, values[name], self._default(name), because, "use noisy=False for epsilon-greedy")
+            check_unused(name, values[name], default(name), because, "use noisy=False for epsilon-greedy")
 
     # -- acting ---------------------------------------------------------------------------
 
