@@ -9,6 +9,10 @@
         one Adam step on the sum: each term reaches only its own parameters (three parameter groups)
         TargetNetworkSync: Q_targ <- tau Q + (1 - tau) Q_targ after every update
 
+With a ``Discrete`` action space (Christodoulou 2019; CleanRL's ``sac_atari.py``) the actor is categorical
+(``CategoricalActor``), the critics give Q(s, .) for every action (``DiscreteCriticEnsemble``) and each expectation
+over actions is a sum, no sample: ``rl_lightning/discrete_sac.py``.
+
 One optimizer step per training step (TorchRL's ``SACLoss`` pattern) instead of SB3's three: the actor's
 loss uses the critics from before this step's critic update. Lightning's ``global_step``, ``max_steps``,
 gradient clipping and the NaN guard then count and cover SAC's updates as any other algorithm's.
@@ -29,6 +33,9 @@ from rl_lightning._checks import check_float, check_int, check_sizes, check_unus
 from rl_lightning.algos.off_policy import OffPolicyModule
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
 from rl_lightning.data.replay import ReplayBufferSamples
+from rl_lightning.discrete_sac import discrete_sac_losses
+from rl_lightning.envs.base import space_kind
+from rl_lightning.envs.spaces import ACTION_MASK_KEY
 from rl_lightning.export import GreedyPolicy
 from rl_lightning.losses import (
     compute_ensemble_td_errors,
@@ -38,12 +45,19 @@ from rl_lightning.losses import (
     compute_sac_target,
     compute_weighted_ensemble_td_loss,
 )
-from rl_lightning.nets import CriticEnsemble, SquashedGaussianActor
+from rl_lightning.nets import (
+    CategoricalActor,
+    CriticEnsemble,
+    DiscreteCriticEnsemble,
+    SquashedGaussianActor,
+    is_masked,
+    sample_masked_categorical,
+)
 from rl_lightning.seeding import seeded
 
 
 class SACModule(OffPolicyModule):
-    """SAC (twin Q, Polyak targets, a learned or fixed entropy temperature) for ``Box`` action spaces.
+    """SAC (twin Q, Polyak targets, a learned or fixed entropy temperature) for ``Box`` and ``Discrete`` action spaces.
 
     The defaults are SB3's and CleanRL's SAC for MuJoCo-sized envs: one env, a 1M-transition buffer,
     5,000 random steps first (CleanRL's ``learning_starts``), one update of 256 transitions per env
@@ -51,8 +65,14 @@ class SACModule(OffPolicyModule):
     0.005, alpha learned from 1.0 toward an entropy of ``-dim(A)``. ``configs/sac_pendulum.yaml``
     holds settings tuned for time to solve Pendulum-v1.
 
+    With a ``Discrete`` action space: a categorical actor, critics with one Q-value per action, the expectations over
+    actions summed (``rl_lightning.discrete_sac``); vector, image (the Nature CNN, each critic its own) and Dict
+    observations; with an action mask, illegal actions have probability 0, and the target's next-state sum covers the
+    legal ones. ``configs/sac_discrete_cartpole.yaml``, ``sac_discrete_acrobot.yaml`` and ``sac_atari.yaml`` hold
+    settings for it.
+
     Args:
-        env_id: a native env id or any gymnasium id with a bounded ``Box`` action space.
+        env_id: a native env id or any gymnasium id with a bounded ``Box`` or a ``Discrete`` action space.
         num_envs: envs stepped in lock-step per process.
         buffer_size: replay capacity in transitions (per process).
         batch_size: transitions per update.
@@ -66,8 +86,8 @@ class SACModule(OffPolicyModule):
         tau: Polyak weight of the target critics' update after every training step.
         alpha: a fixed entropy temperature; None: learned (``alpha_init``, ``target_entropy``).
         alpha_init: the learned temperature's initial value (left at 1.0 with a fixed ``alpha``).
-        target_entropy: the entropy the learned temperature aims the policy at; None: ``-dim(A)`` (left None with a
-            fixed ``alpha``).
+        target_entropy: the entropy the learned temperature aims the policy at; None: ``-dim(A)`` for a Box,
+            ``target_entropy_scale * log |A|`` for a Discrete (in [0, log |A|] nats; left None with a fixed ``alpha``).
         num_critics: Q networks in the ensemble (the target takes their minimum).
         hidden_sizes: hidden widths of the actor and of each critic.
         max_grad_norm: clip each update's global gradient norm to this; None: no clipping.
@@ -88,9 +108,15 @@ class SACModule(OffPolicyModule):
         prioritized_alpha: how much the priorities count, in [0, 1] (0: uniform); only with ``prioritized=True``.
         prioritized_beta: the importance weights' exponent at the start, in [0, 1], annealed linearly to 1 over the
             run; only with ``prioritized=True``.
+        target_entropy_scale: Discrete actions: with ``target_entropy=None``, the target entropy is this fraction, in
+            (0, 1], of the uniform policy's entropy log |A| (CleanRL's 0.89); with an action mask, of each state's log
+            (number of legal actions). Refused with a Box.
+        target_update_env_steps: env steps between the target critics' updates (``tau`` 1.0: a hard copy, CleanRL's
+            sac_atari.py); None: a Polyak update after every update.
+        adam_eps: Adam's epsilon (CleanRL's sac_atari.py: 1e-4).
     """
 
-    action_kinds = ("box",)
+    action_kinds = ("box", "discrete")
     supports_prioritized = True
 
     def __init__(
@@ -123,8 +149,13 @@ class SACModule(OffPolicyModule):
         prioritized_alpha: float = 0.6,
         prioritized_beta: float = 0.4,
         num_seeds: int = 1,
+        target_entropy_scale: float = 0.89,
+        target_update_env_steps: int | None = None,
+        adam_eps: float = 1e-8,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
+        #: Whether the actions are ``Discrete`` (a categorical actor, ``rl_lightning.discrete_sac``), not a ``Box``.
+        self.discrete = space_kind(self.action_space) == "discrete"
         check_float("lr", lr, 0.0, low_open=True)
         if alpha is not None:
             check_float("alpha", alpha, 0.0)
@@ -135,21 +166,51 @@ class SACModule(OffPolicyModule):
             because = f"alpha={alpha} fixes the temperature"
             check_unused("alpha_init", alpha_init, 1.0, because, "use alpha=None to learn it")
             check_unused("target_entropy", target_entropy, None, because, "use alpha=None to learn it")
+            check_unused("target_entropy_scale", target_entropy_scale, 0.89, because, "use alpha=None to learn it")
+        check_float("target_entropy_scale", target_entropy_scale, 0.0, 1.0, low_open=True)
+        if not self.discrete:
+            because = f"the action space {self.action_space} is a Box, whose target entropy is -dim(A) by default"
+            check_unused("target_entropy_scale", target_entropy_scale, 0.89, because, "set target_entropy")
+        elif target_entropy is not None:  # nats a categorical can have: below 0 alpha dies out, above log |A| explodes
+            check_float("target_entropy", target_entropy, 0.0, math.log(self.action_space.n))
+        if target_update_env_steps is not None:
+            check_int("target_update_env_steps", target_update_env_steps, 1)
+        check_float("adam_eps", adam_eps, 0.0, low_open=True)
         check_int("num_critics", num_critics, 1)
         hidden_sizes = check_sizes("hidden_sizes", hidden_sizes)
         if max_grad_norm is not None:
             check_float("max_grad_norm", max_grad_norm, 0.0, low_open=True)
         self.save_hyperparameters()
-        self._refuse_structured_observations()
+        if not self.discrete:  # the categorical networks take Dict (and image) observations
+            self._refuse_structured_observations()
+        #: Whether the env gives action masks (Discrete): acting, the expectations and the target over legal actions.
+        self.masked = self.discrete and is_masked(self.observation_space)
         with seeded(seed):  # the same initial weights on every rank
-            self.actor = SquashedGaussianActor(self.observation_space, self.action_space, hidden_sizes)
-            self.critic = CriticEnsemble(self.observation_space, self.action_space, num_critics, hidden_sizes)
+            self.actor = self._make_actor(hidden_sizes)
+            self.critic = self._make_critics(num_critics, hidden_sizes)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.target_entropy = -float(math.prod(self.action_shape)) if target_entropy is None else float(target_entropy)
+        if target_entropy is not None:
+            self.target_entropy = float(target_entropy)
+        elif self.discrete:
+            self.target_entropy = target_entropy_scale * math.log(self.action_space.n)
+        else:
+            self.target_entropy = -float(math.prod(self.action_shape))
         if alpha is None:
             self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha_init)))
         else:  # fixed: a buffer, in the checkpoint and on the module's device, never trained
             self.register_buffer("log_alpha", torch.tensor(math.log(alpha) if alpha > 0 else -math.inf))
+
+    def _make_actor(self, hidden_sizes: Sequence[int]) -> nn.Module:
+        """The policy network: categorical for ``Discrete`` actions, a squashed Gaussian for a ``Box``."""
+        if self.discrete:
+            return CategoricalActor(self.observation_space, self.action_space, hidden_sizes)
+        return SquashedGaussianActor(self.observation_space, self.action_space, hidden_sizes)
+
+    def _make_critics(self, num_critics: int, hidden_sizes: Sequence[int]) -> nn.Module:
+        """The critic ensemble: Q(s, .) per action for ``Discrete`` actions, Q(s, a) for a ``Box``."""
+        if self.discrete:
+            return DiscreteCriticEnsemble(self.observation_space, self.action_space, num_critics, hidden_sizes)
+        return CriticEnsemble(self.observation_space, self.action_space, num_critics, hidden_sizes)
 
     @property
     def alpha(self) -> Tensor:
@@ -159,11 +220,16 @@ class SACModule(OffPolicyModule):
     # -- acting ---------------------------------------------------------------------------------
 
     def explore(self, obs: Tensor, generator: torch.Generator) -> Tensor:
-        """A sample of the squashed Gaussian policy."""
+        """A sample of the policy (the squashed Gaussian, or the categorical over the legal actions)."""
         return self.actor.sample(obs, generator)[0]
 
     def policy_actions(self, obs: Tensor, greedy: bool) -> Tensor:
-        """The squashed mean if ``greedy``, else a sample (torch's global RNG)."""
+        """The squashed mean (a Box) or the most likely legal action (Discrete) if ``greedy``, else a sample (torch's
+        global RNG)."""
+        if self.discrete:
+            logits = self.actor(obs)
+            self.check_finite_outputs(logits, "policy's logits")
+            return logits.argmax(dim=-1) if greedy else sample_masked_categorical(logits)[0]
         actions = self.actor.mode(obs) if greedy else self.actor.sample(obs)[0]
         self.check_finite_outputs(actions, "policy's actions")
         return actions
@@ -177,6 +243,16 @@ class SACModule(OffPolicyModule):
     # -- learning -------------------------------------------------------------------------------
 
     def update_loss(self, batch: ReplayBufferSamples) -> Tensor:
+        outputs = self._discrete_update(batch) if self.discrete else self._box_update(batch)
+        loss, metrics = outputs[:2]
+        if len(outputs) == 3:  # prioritized replay: the TD errors for the new priorities
+            self.update_priorities(batch, outputs[2])
+        if self.should_log():
+            self.log_metrics({**metrics, **self.prioritized_metrics(batch)})
+            self.log_charts()
+        return loss
+
+    def _box_update(self, batch: ReplayBufferSamples) -> tuple[Any, ...]:
         # The update's random draws come from its own stream, here (the next actions', then the actions'),
         # so that the update itself is a pure function of tensors (compiled with compile=True).
         # With num_seeds > 1, each seed's from its own stream.
@@ -189,25 +265,38 @@ class SACModule(OffPolicyModule):
             args = (module.actor, module.critic, module.target_critic, module.log_alpha, part, module.discounts(part))
             return (*args, next_noise, noise, module.target_entropy, learned_alpha, *weights)
 
-        outputs = self.seed_update(sac_losses, batch, arguments)
-        loss, metrics = outputs[:2]
-        if len(outputs) == 3:  # prioritized replay: the TD errors for the new priorities
-            self.update_priorities(batch, outputs[2])
-        if self.should_log():
-            self.log_metrics({**metrics, **self.prioritized_metrics(batch)})
-            self.log_charts()
-        return loss
+        return self.seed_update(sac_losses, batch, arguments)
+
+    def _discrete_update(self, batch: ReplayBufferSamples) -> tuple[Any, ...]:
+        # The expectations over actions are sums: no random draw (the update generator is not used).
+        def arguments(module: SACModule, part: ReplayBufferSamples) -> tuple[Any, ...]:
+            learned_alpha = isinstance(module.log_alpha, nn.Parameter)
+            weights = () if part.weights is None else (part.weights,)  # prioritized replay: the weighted loss
+            args = (module.actor, module.critic, module.target_critic, module.log_alpha, part, module.discounts(part))
+            return (*args, module._target_entropies(part.obs), learned_alpha, *weights)
+
+        return self.seed_update(discrete_sac_losses, batch, arguments)
+
+    def _target_entropies(self, obs: Any) -> float | Tensor:
+        """The temperature's target in nats: ``target_entropy``, or, with action masks and ``target_entropy=None``,
+        ``target_entropy_scale * log(number of legal actions)`` of each state ``(batch,)`` (a state with one legal
+        action: 0, the only entropy it can have)."""
+        if not self.masked or self.hparams.target_entropy is not None:
+            return self.target_entropy
+        legal = obs[ACTION_MASK_KEY].bool().sum(dim=-1).clamp(min=1)
+        return self.hparams.target_entropy_scale * legal.float().log()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         groups = [{"params": list(self.actor.parameters())}, {"params": list(self.critic.parameters())}]
         if isinstance(self.log_alpha, nn.Parameter):
             groups.append({"params": [self.log_alpha]})
-        return torch.optim.Adam(groups, lr=self.hparams.lr, fused=self.use_fused_adam())
+        return torch.optim.Adam(groups, lr=self.hparams.lr, eps=self.hparams.adam_eps, fused=self.use_fused_adam())
 
     def configure_callbacks(self) -> list[L.Callback]:
         return [
             *super().configure_callbacks(),
-            TargetNetworkSync(every_n_env_steps=None, tau=self.hparams.tau),  # Polyak after every update
+            # Polyak after every update, or every target_update_env_steps env steps
+            TargetNetworkSync(every_n_env_steps=self.hparams.target_update_env_steps, tau=self.hparams.tau),
         ]
 
 

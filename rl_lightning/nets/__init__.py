@@ -1,8 +1,10 @@
 """Networks, by concern: ``encoders`` (observations to features), ``heads`` (features to a distribution),
 ``networks`` (the policy, Q and value networks and PPO's actor-critics), ``continuous`` (SAC's and TD3's actors and
-their critic ensembles). Every name is importable from ``rl_lightning.nets`` as before the split; the masked-sampling
-functions live below both this package and the envs, in ``rl_lightning.sampling``, and are re-exported here."""
+their critic ensembles), ``categorical`` (discrete SAC's actor and critics). Every name is importable from
+``rl_lightning.nets`` as before the split; the masked-sampling functions live below both this package and the envs,
+in ``rl_lightning.sampling``, and are re-exported here."""
 
+from rl_lightning.nets.categorical import CategoricalActor, DiscreteCriticEnsemble
 from rl_lightning.nets.continuous import (
     CriticEnsemble,
     DeterministicActor,
@@ -55,9 +57,11 @@ __all__ = [
     "MASK_CONVENTION",
     "ActorCritic",
     "BernoulliHead",
+    "CategoricalActor",
     "CategoricalHead",
     "CriticEnsemble",
     "DeterministicActor",
+    "DiscreteCriticEnsemble",
     "EnsembleLinear",
     "FlatKeys",
     "GaussianHead",
