@@ -28,6 +28,7 @@ from rl_lightning._checks import check_bool, check_choice, check_float, check_in
 from rl_lightning.algos.off_policy import OffPolicyModule
 from rl_lightning.callbacks.epsilon import EpsilonDecay
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
+from rl_lightning.data.her import HERSettings
 from rl_lightning.data.replay import ReplayBufferSamples, epsilon_greedy
 from rl_lightning.distributional import (
     categorical_cross_entropy,
@@ -120,6 +121,9 @@ class DQNModule(OffPolicyModule):
             (epsilon 0: the epsilon settings are refused), new noise before every acting step and every update;
             greedy play, evaluation and exports use the mean weights.
         noisy_sigma: the noisy layers' sigma_0 (initial noise scale); only with ``noisy=True``.
+        her: hindsight experience replay for goal-conditioned envs (``OffPolicyModule``): ``HERSettings`` or a dict
+            (``{"strategy": "future", "k": 4}``); None: none. The default Dict encoder reads each key apart (the state
+            meets the goal only in the last Linear layer): pass a ``network`` that reads them together.
     """
 
     action_kinds = ("discrete",)
@@ -170,6 +174,7 @@ class DQNModule(OffPolicyModule):
         num_quantiles: int = 200,
         noisy: bool = False,
         noisy_sigma: float = 0.5,
+        her: HERSettings | dict[str, Any] | None = None,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         check_float("lr", lr, 0.0, low_open=True)
