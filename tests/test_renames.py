@@ -54,7 +54,7 @@ HISTORY = {
     "target_update_env_steps tau epsilon_start epsilon_end exploration_fraction double_dqn loss seed hidden_sizes "
     "checkpoint_buffer max_grad_norm network env_backend env_kwargs train_freq gradient_steps n_step compile "
     "frame_replay updates_per_step prioritized prioritized_alpha prioritized_beta num_seeds dueling distributional "
-    "num_atoms v_min v_max num_quantiles noisy noisy_sigma",
+    "num_atoms v_min v_max num_quantiles noisy noisy_sigma her",
     PPOModule: "env_id num_envs num_steps_per_rollout lr anneal_lr gamma gae_lambda update_epochs num_minibatches "
     "clip_coef clip_vloss ent_coef vf_coef max_grad_norm target_kl norm_adv normalize_obs normalize_rewards "
     "shared_encoder hidden_sizes activation adam_eps seed network env_backend env_kwargs recurrent core_size lr_end "
