@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from rl_lightning._checks import check_float, check_int, check_sizes, check_unused
 from rl_lightning.algos.off_policy import OffPolicyModule
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
+from rl_lightning.data.her import HERSettings
 from rl_lightning.data.replay import ReplayBufferSamples
 from rl_lightning.discrete_sac import discrete_sac_losses
 from rl_lightning.envs.base import space_kind
@@ -114,6 +115,9 @@ class SACModule(OffPolicyModule):
         target_update_env_steps: env steps between the target critics' updates (``tau`` 1.0: a hard copy, CleanRL's
             sac_atari.py); None: a Polyak update after every update.
         adam_eps: Adam's epsilon (CleanRL's sac_atari.py: 1e-4).
+        her: hindsight experience replay for goal-conditioned envs (``OffPolicyModule``): ``HERSettings`` or a dict
+            (``{"strategy": "future", "k": 4}``); None: none. A goal env's Dict observation is then taken (with Box
+            actions too): its keys concatenated (``rl_lightning.nets.FlatKeys``), as TD3's networks read a Dict.
     """
 
     action_kinds = ("box", "discrete")
@@ -152,6 +156,7 @@ class SACModule(OffPolicyModule):
         target_entropy_scale: float = 0.89,
         target_update_env_steps: int | None = None,
         adam_eps: float = 1e-8,
+        her: HERSettings | dict[str, Any] | None = None,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         #: Whether the actions are ``Discrete`` (a categorical actor, ``rl_lightning.discrete_sac``), not a ``Box``.
@@ -181,8 +186,8 @@ class SACModule(OffPolicyModule):
         if max_grad_norm is not None:
             check_float("max_grad_norm", max_grad_norm, 0.0, low_open=True)
         self.save_hyperparameters()
-        if not self.discrete:  # the categorical networks take Dict (and image) observations
-            self._refuse_structured_observations()
+        if not self.discrete and her is None:  # the categorical networks take Dict (and image) observations, and
+            self._refuse_structured_observations()  # with her a goal env's Dict of vectors goes through FlatKeys
         #: Whether the env gives action masks (Discrete): acting, the expectations and the target over legal actions.
         self.masked = self.discrete and is_masked(self.observation_space)
         with seeded(seed):  # the same initial weights on every rank

@@ -4,13 +4,15 @@ the Hub's config, exact resume of the episode bookkeeping, ``num_seeds``, ``comp
 
 import json
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
-from rl_lightning import DQNModule, TD3Module
+from rl_lightning import DQNModule, SACModule, TD3Module
 from rl_lightning.cli import main
 from rl_lightning.data.her import HERSettings, HindsightReplayBuffer
 from rl_lightning.envs import make_envs
@@ -172,3 +174,54 @@ def test_the_command_line_takes_her_as_a_dict(capsys):
     assert exit_info.value.code in (0, None)
     printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["model"]["init_args"]["her"] == {"strategy": "episode", "k": 4}  # HERSettings' default k
+
+
+class _ReachGoalEnv(gym.Env):
+    """A gymnasium goal env with Box actions (gymnasium-robotics' form, FetchReach in one dimension): a point moves
+    by its action in [-1, 1] toward a goal drawn in [-3, 3]; the reward is -(distance > 0.5), numpy, batched."""
+
+    def __init__(self):
+        box = gym.spaces.Box(-10.0, 10.0, (1,), np.float32)
+        self.observation_space = gym.spaces.Dict({"observation": box, "achieved_goal": box, "desired_goal": box})
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return -(np.abs(achieved_goal - desired_goal)[..., 0] > 0.5).astype(np.float32)
+
+    def _obs(self):
+        return {"observation": self.x.copy(), "achieved_goal": self.x.copy(), "desired_goal": self.goal.copy()}
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = np.zeros(1, np.float32)
+        self.goal = self.np_random.uniform(-3.0, 3.0, 1).astype(np.float32)
+        return self._obs(), {}
+
+    def step(self, action):
+        self.x = np.clip(self.x + np.clip(action, -1.0, 1.0), -10.0, 10.0).astype(np.float32)
+        return self._obs(), float(self.compute_reward(self.x, self.goal, None)), False, False, {}
+
+
+gym.register("rl_lightning_tests/ReachGoal-v0", _ReachGoalEnv, max_episode_steps=8)
+
+
+@pytest.mark.parametrize("algorithm", [SACModule, TD3Module])
+def test_sac_and_td3_relabel_a_gymnasium_goal_env_through_the_adapter(algorithm):
+    module = algorithm(
+        env_id="rl_lightning_tests/ReachGoal-v0",
+        num_envs=2,
+        buffer_size=256,
+        batch_size=20,
+        learning_starts=32,
+        steps_per_epoch=10,
+        hidden_sizes=(16, 16),
+        her={"strategy": "future", "k": 4},
+    )
+    quiet_fit(module, 10)
+    buffer = module.source.buffer
+    assert isinstance(buffer, HindsightReplayBuffer) and buffer.adds == 16 + 10
+    batch = buffer.sample(20)
+    achieved, goals = batch.next_obs["achieved_goal"][:16], batch.obs["desired_goal"][:16]
+    assert torch.equal(batch.rewards[:16], -((achieved - goals).abs().squeeze(1) > 0.5).float())
+    assert (batch.rewards[:16] == 0).any()  # some relabelled goals are reached: the reward the env never paid
+    assert module.critic(batch.obs, batch.actions).shape[-1] == 20  # the critics read the Dict's keys concatenated
