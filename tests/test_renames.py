@@ -62,7 +62,7 @@ HISTORY = {
     SACModule: "env_id num_envs buffer_size batch_size learning_starts train_freq gradient_steps steps_per_epoch "
     "gamma n_step lr tau alpha alpha_init target_entropy num_critics hidden_sizes max_grad_norm seed "
     "checkpoint_buffer env_backend env_kwargs compile updates_per_step prioritized prioritized_alpha prioritized_beta "
-    "num_seeds target_entropy_scale target_update_env_steps adam_eps her",
+    "num_seeds target_entropy_scale target_update_env_steps adam_eps her actor_keys critic_keys",
     TD3Module: "env_id num_envs buffer_size batch_size learning_starts train_freq gradient_steps steps_per_epoch "
     "gamma n_step lr tau policy_delay target_noise target_noise_clip exploration_noise num_critics hidden_sizes "
     "max_grad_norm seed checkpoint_buffer env_backend env_kwargs compile updates_per_step prioritized "

@@ -28,7 +28,6 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-import gymnasium as gym
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
@@ -256,22 +255,6 @@ class OffPolicyModule(RLModule):
         return [p for target, _ in pairs for p in target.parameters()], [
             p for _, online in pairs for p in online.parameters()
         ]
-
-    def _refuse_structured_observations(self) -> None:
-        """SAC's and TD3's networks take one vector: a Dict or Tuple observation is refused, named as the env
-        gives it (inside rl_lightning both are a flat Dict)."""
-        if not isinstance(self.observation_space, gym.spaces.Dict):
-            return
-        space = self._inputs.gymnasium_space
-        if not isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):  # a native env's Dict (or obs + info mask)
-            space = self.observation_space
-        kind = type(space).__name__
-        raise ValueError(
-            f"{type(self).__name__} takes Box observations, got the {kind} space {space!r} of "
-            f"{self.hparams.env_id!r}: flatten it "
-            "(env_kwargs={'wrappers': ['gymnasium.wrappers.FlattenObservation']}) or use PPOModule, VPGModule or "
-            "DQNModule, which take Dict and Tuple observations"
-        )
 
     # -- the source, the clock ------------------------------------------------------------------------
 

@@ -118,6 +118,11 @@ class SACModule(OffPolicyModule):
         her: hindsight experience replay for goal-conditioned envs (``OffPolicyModule``): ``HERSettings`` or a dict
             (``{"strategy": "future", "k": 4}``); None: none. A goal env's Dict observation is then taken (with Box
             actions too): its keys concatenated (``rl_lightning.nets.FlatKeys``), as TD3's networks read a Dict.
+        actor_keys: the keys of a Dict observation the actor reads (an asymmetric actor-critic); ``act``,
+            ``evaluate_policy``, every export and the Hub folder's policy then take only these (an action mask goes
+            to the actor by itself). None: every key (a Box policy's networks read a Dict's vector keys concatenated:
+            ``rl_lightning.nets.FlatKeys``; a categorical one has an encoder per key).
+        critic_keys: the keys the critics read (e.g. a simulator's privileged state); None: every key.
     """
 
     action_kinds = ("box", "discrete")
@@ -157,6 +162,8 @@ class SACModule(OffPolicyModule):
         target_update_env_steps: int | None = None,
         adam_eps: float = 1e-8,
         her: HERSettings | dict[str, Any] | None = None,
+        actor_keys: Sequence[str] | None = None,
+        critic_keys: Sequence[str] | None = None,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         #: Whether the actions are ``Discrete`` (a categorical actor, ``rl_lightning.discrete_sac``), not a ``Box``.
@@ -185,9 +192,8 @@ class SACModule(OffPolicyModule):
         hidden_sizes = check_sizes("hidden_sizes", hidden_sizes)
         if max_grad_norm is not None:
             check_float("max_grad_norm", max_grad_norm, 0.0, low_open=True)
+        self._actor_space, self._critic_space = self.observation_views(actor_keys, critic_keys)
         self.save_hyperparameters()
-        if not self.discrete and her is None:  # the categorical networks take Dict (and image) observations, and
-            self._refuse_structured_observations()  # with her a goal env's Dict of vectors goes through FlatKeys
         #: Whether the env gives action masks (Discrete): acting, the expectations and the target over legal actions.
         self.masked = self.discrete and is_masked(self.observation_space)
         with seeded(seed):  # the same initial weights on every rank
@@ -208,14 +214,14 @@ class SACModule(OffPolicyModule):
     def _make_actor(self, hidden_sizes: Sequence[int]) -> nn.Module:
         """The policy network: categorical for ``Discrete`` actions, a squashed Gaussian for a ``Box``."""
         if self.discrete:
-            return CategoricalActor(self.observation_space, self.action_space, hidden_sizes)
-        return SquashedGaussianActor(self.observation_space, self.action_space, hidden_sizes)
+            return CategoricalActor(self._actor_space, self.action_space, hidden_sizes)
+        return SquashedGaussianActor(self._actor_space, self.action_space, hidden_sizes)
 
     def _make_critics(self, num_critics: int, hidden_sizes: Sequence[int]) -> nn.Module:
         """The critic ensemble: Q(s, .) per action for ``Discrete`` actions, Q(s, a) for a ``Box``."""
         if self.discrete:
-            return DiscreteCriticEnsemble(self.observation_space, self.action_space, num_critics, hidden_sizes)
-        return CriticEnsemble(self.observation_space, self.action_space, num_critics, hidden_sizes)
+            return DiscreteCriticEnsemble(self._critic_space, self.action_space, num_critics, hidden_sizes)
+        return CriticEnsemble(self._critic_space, self.action_space, num_critics, hidden_sizes)
 
     @property
     def alpha(self) -> Tensor:

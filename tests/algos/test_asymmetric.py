@@ -11,7 +11,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from rl_lightning import PPOModule, TD3Module
+from rl_lightning import PPOModule, SACModule, TD3Module
 from rl_lightning.callbacks import evaluate_policy
 from rl_lightning.envs import DictProbe, PrivilegedBandit
 from rl_lightning.envs.privileged import STATE_KEY
@@ -217,7 +217,7 @@ CONTINUOUS_ID = "PrivilegedBanditContinuous-v0"
 OFF_POLICY = dict(learning_starts=32, buffer_size=256, batch_size=16, hidden_sizes=(16, 16), steps_per_epoch=10)
 
 
-@pytest.mark.parametrize("algorithm", [TD3Module])
+@pytest.mark.parametrize("algorithm", [SACModule, TD3Module])
 def test_off_policy_actor_and_critics_read_their_keys(algorithm):
     module = algorithm(CONTINUOUS_ID, **OFF_POLICY, **KEYS)
     obs = _observations()
@@ -230,7 +230,7 @@ def test_off_policy_actor_and_critics_read_their_keys(algorithm):
     assert not torch.allclose(q_values, module.critic(_with(obs, STATE_KEY, torch.rand(16, 10)), actions))
 
 
-@pytest.mark.parametrize("algorithm", [TD3Module])
+@pytest.mark.parametrize("algorithm", [SACModule, TD3Module])
 def test_off_policy_modules_take_dict_observations_and_export_the_actor_keys(algorithm, tmp_path):
     every_key = algorithm(CONTINUOUS_ID, **OFF_POLICY)  # no keys: each network reads them all, concatenated
     assert list(every_key.critic.flat.shapes) == [OBSERVATION_KEY, STATE_KEY]
@@ -244,7 +244,7 @@ def test_off_policy_modules_take_dict_observations_and_export_the_actor_keys(alg
         FlatKeys(DictProbe(1).single_observation_space)
 
 
-@pytest.mark.parametrize("algorithm", [TD3Module])
+@pytest.mark.parametrize("algorithm", [SACModule, TD3Module])
 def test_two_seeds_of_an_asymmetric_off_policy_module_each_equal_their_one_seed_run(algorithm):
     multi = algorithm(CONTINUOUS_ID, seed=4, num_seeds=2, **OFF_POLICY, **KEYS)
     quiet_fit(multi, max_steps=20)
@@ -257,7 +257,7 @@ def test_two_seeds_of_an_asymmetric_off_policy_module_each_equal_their_one_seed_
         assert torch.allclose(ours[name], value, atol=1e-5), name
 
 
-@pytest.mark.parametrize("algorithm", [PPOModule, TD3Module])
+@pytest.mark.parametrize("algorithm", [PPOModule, SACModule, TD3Module])
 def test_a_compiled_asymmetric_update_equals_the_eager_one(algorithm):
     env_id, settings = (ENV_ID, TINY) if algorithm is PPOModule else (CONTINUOUS_ID, OFF_POLICY)
     eager = algorithm(env_id, seed=2, **settings, **KEYS)
@@ -267,3 +267,16 @@ def test_a_compiled_asymmetric_update_equals_the_eager_one(algorithm):
     theirs = compiled.state_dict()
     for name, value in eager.state_dict().items():
         assert torch.allclose(theirs[name], value, atol=1e-5), name
+
+
+def test_discrete_sac_actor_and_critics_read_their_keys():
+    module = SACModule(ENV_ID, **OFF_POLICY, **KEYS)
+    obs = _observations()
+    assert set(module.actor.trunk.encoders) == {OBSERVATION_KEY}
+    logits, q_values = module.actor(obs), module.critic(obs)
+    assert q_values.shape == (2, 16, 8)
+    assert torch.equal(logits, module.actor(_with(obs, STATE_KEY, torch.rand(16, 10))))
+    assert torch.equal(q_values, module.critic(_with(obs, OBSERVATION_KEY, torch.rand(16, 9))))
+    assert not torch.allclose(q_values, module.critic(_with(obs, STATE_KEY, torch.rand(16, 10))))
+    quiet_fit(module, max_steps=20)
+    assert torch.equal(module.act(obs, greedy=True), module.act({OBSERVATION_KEY: obs[OBSERVATION_KEY]}, greedy=True))
