@@ -44,9 +44,21 @@ CLASSIC_CONTROL = (
     "sac_pendulum",
     "td3_pendulum",
     "dqn_cartpole",
+    "sac_discrete_acrobot",
+    "sac_discrete_cartpole",
+    "rainbow_cartpole",
 )
 #: Not measured here: each needs hours of a GPU, or of many cores, for one seed.
-NOT_MEASURED = ("dqn_atari", "ppo_atari", "ppo_mujoco", "sac_mujoco", "sac_halfcheetah", "td3_mujoco")
+NOT_MEASURED = (
+    "dqn_atari",
+    "ppo_atari",
+    "ppo_mujoco",
+    "sac_mujoco",
+    "sac_halfcheetah",
+    "td3_mujoco",
+    "rainbow_atari",
+    "sac_atari",
+)
 #: Fresh episodes of gymnasium's env per run. 100, not 20: a 20-episode mean of Pendulum-v1 (returns spread by ~95
 #: between start states) has a standard error of ~21, so a policy whose mean over 1,000 episodes is -153 scored -207
 #: on 20 of them (td3_pendulum seed 1002); 100 episodes measure the policy, not the draw (standard error ~10).
