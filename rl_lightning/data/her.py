@@ -138,7 +138,8 @@ def check_goal_space(space: gym.Space, env_id: str) -> None:
 def goal_functions(envs: VectorEnv) -> GoalFunctions:
     """``envs``' :class:`GoalFunctions`: a native env's own ``compute_reward`` / ``compute_terminated`` (torch), or
     those of the unwrapped env of gymnasium's sync vector env behind the adapter (numpy, vectorised, as
-    gymnasium-robotics' envs have them); anything else is a ``ValueError`` saying what is needed."""
+    gymnasium-robotics' envs have them: a wrapper that changes the goals' values is not seen by it); anything else is a
+    ``SettingsError`` saying what is needed."""
     name = getattr(envs, "env_id", type(envs).__name__)
     check_goal_space(envs.single_observation_space, name)
     if callable(getattr(envs, "compute_reward", None)):  # a native env: torch in, torch out
@@ -150,13 +151,13 @@ def goal_functions(envs: VectorEnv) -> GoalFunctions:
     gymnasium_envs = getattr(envs, "gymnasium_envs", None)
     copies = getattr(gymnasium_envs, "envs", None)  # gymnasium's SyncVectorEnv holds its envs in this process
     if gymnasium_envs is not None and not copies:
-        raise ValueError(
+        raise SettingsError(
             f"her with {name!r}: the env's compute_reward is called in this process, which gymnasium's async vector "
             "env (subprocesses) does not allow: use env_kwargs={'vectorization_mode': 'sync'}"
         )
     env = copies[0].unwrapped if copies else None
     if env is None or not callable(getattr(env, "compute_reward", None)):
-        raise ValueError(
+        raise SettingsError(
             f"her needs the env's compute_reward(achieved_goal, desired_goal, info) to recompute rewards of "
             f"relabelled goals: {name!r} ({type(envs).__name__}) has none (a native env defines it in torch; a "
             "gymnasium env through the adapter, env_backend='gymnasium', on its unwrapped env, as gymnasium-robotics' "

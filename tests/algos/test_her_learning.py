@@ -24,9 +24,9 @@ from tests.quiet_trainer import quiet_fit, quiet_trainer
 
 NUM_BITS = 10
 ENV_ID = f"BitFlipping{NUM_BITS}-v0"
-#: The greedy policy's share of 1,000 episodes that reach their goal: DQN + HER must reach this (measured 1.0 on
-#: seeds 0-3 after 2,000 updates; the test seeds are others), DQN alone must stay under NO_HER_MOST (a random
-#: policy's 0.2%; measured 0.002).
+#: The greedy policy's share of 1,000 episodes that reach their goal: DQN + HER must reach this (settings tried on
+#: seed 0; measured 1.000 on seeds 11, 12 and 13 after 2,000 updates, native kernels and ATEN_CPU_CAPABILITY=default
+#: alike), DQN alone must stay under NO_HER_MOST (measured 0.002 to 0.008: about a random policy's).
 SOLVED_SUCCESS = 0.9
 NO_HER_MOST = 0.05
 UPDATES = 2_000

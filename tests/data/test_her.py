@@ -256,6 +256,15 @@ def test_goal_functions_need_goal_keys_and_compute_reward():
     assert functions.compute_terminated(achieved, desired).tolist() == [True, False]
 
 
+class _NoRewardFunction(BitFlipping):
+    compute_reward = None  # goal keys, but nothing to recompute a reward with
+
+
+def test_a_native_goal_env_without_compute_reward_is_refused():
+    with pytest.raises(ValueError, match="has none"):
+        goal_functions(_NoRewardFunction(1, seed=0))
+
+
 class _PointGoalEnv(gym.Env):
     """A gymnasium goal env (gymnasium-robotics' form): a point on a line moved by +-1 toward a goal; the reward is
     -(distance > 0.5), numpy, batched."""
