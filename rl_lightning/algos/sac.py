@@ -116,8 +116,7 @@ class SACModule(OffPolicyModule):
             sac_atari.py); None: a Polyak update after every update.
         adam_eps: Adam's epsilon (CleanRL's sac_atari.py: 1e-4).
         her: hindsight experience replay for goal-conditioned envs (``OffPolicyModule``): ``HERSettings`` or a dict
-            (``{"strategy": "future", "k": 4}``); None: none. A goal env's Dict observation is then taken (with Box
-            actions too): its keys concatenated (``rl_lightning.nets.FlatKeys``), as TD3's networks read a Dict.
+            (``{"strategy": "future", "k": 4}``); None: none.
         actor_keys: the keys of a Dict observation the actor reads (an asymmetric actor-critic); ``act``,
             ``evaluate_policy``, every export and the Hub folder's policy then take only these (an action mask goes
             to the actor by itself). None: every key (a Box policy's networks read a Dict's vector keys concatenated:
