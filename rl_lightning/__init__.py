@@ -11,6 +11,7 @@ from rl_lightning.algos import (
     VPGModule,
 )
 from rl_lightning.callbacks.evaluation import EvalResult, evaluate_policy
+from rl_lightning.data.her import HERSettings
 from rl_lightning.envs import (
     Acrobot,
     AleVectorEnv,
@@ -39,6 +40,7 @@ __all__ = [
     "EvalResult",
     "GreedyPlay",
     "GymnasiumVectorEnv",
+    "HERSettings",
     "MountainCar",
     "MountainCarContinuous",
     "OffPolicyModule",
