@@ -10,35 +10,14 @@ import lightning as L
 import pytest
 import torch
 import yaml
-from lightning.pytorch.callbacks import EarlyStopping
 
 from rl_lightning import DQNModule, PPOModule, VPGModule
-from rl_lightning.callbacks import Evaluation, evaluate_policy
+from rl_lightning.callbacks import evaluate_policy
+from tests.quiet_trainer import fit_until_solved
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 # Every test here asserts a learning threshold (run them alone: pytest -m learning).
 pytestmark = pytest.mark.learning
-
-
-def _solve(module, threshold: float, max_steps: int, every: int, monitor: str = "eval/episodic_return") -> Evaluation:
-    evaluation = Evaluation(every_n_env_steps=every, num_eval_episodes=32)
-    stop = EarlyStopping(
-        monitor=monitor,
-        stopping_threshold=threshold,
-        mode="max",
-        patience=10**9,
-        check_on_train_epoch_end=True,
-    )
-    trainer = L.Trainer(
-        max_steps=max_steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[evaluation, stop],
-    )
-    trainer.fit(module)
-    return evaluation
 
 
 def _ppo_acrobot(**overrides) -> tuple[PPOModule, int]:
@@ -56,7 +35,7 @@ def test_ppo_acrobot_config_solves_acrobot_greedy_mean_return_at_least_minus_100
     module, max_steps = _ppo_acrobot(env_backend=backend, seed=seed)
     if backend == "gymnasium":
         assert type(module.make_envs(1, 0)).__name__ == "GymnasiumVectorEnv"
-    evaluation = _solve(module, -100, max_steps, 8_192)
+    evaluation = fit_until_solved(module, -100, max_steps, 8_192)
     assert evaluation.last_metrics["eval/episodic_return"] >= -100, evaluation.history
 
 
@@ -66,7 +45,7 @@ def test_dqn_defaults_solve_cartpole_through_the_gymnasium_adapter():
     45k-69k env steps."""
     module = DQNModule(env_id="CartPole-v1", env_backend="gymnasium", seed=0)
     assert type(module.make_envs(1, 0)).__name__ == "GymnasiumVectorEnv"
-    evaluation = _solve(module, 475, 10_000, 4_000)
+    evaluation = fit_until_solved(module, 475, 10_000, 4_000)
     assert evaluation.last_metrics["eval/episodic_return"] >= 475, evaluation.history
 
 
@@ -103,7 +82,7 @@ def test_every_seed_of_a_4_seed_ppo_run_solves_cartpole_greedy_mean_return_at_le
     test's threshold, a greedy mean return >= 475 over 32 episodes, within its budget (train_ppo.py's 3,200 updates);
     the run stops when all of them are there at once (EarlyStopping on eval/episodic_return_min). Seeds 1-12 alone
     got there at 4,600-35,300 env steps."""
-    evaluation = _solve(PPOModule(seed=1, num_seeds=4), 475, 3_200, 2048, monitor="eval/episodic_return_min")
+    evaluation = fit_until_solved(PPOModule(seed=1, num_seeds=4), 475, 3_200, 2048, monitor="eval/episodic_return_min")
     # Each seed solved (as the 1-seed test's EarlyStopping stops it) at an evaluation within the budget. Measured:
     # seeds 1-4 first at 12,800 / 4,608 / 20,992 / 31,232 env steps (avx2; 23,040 / 4,608 / 29,184 / 18,944 under
     # ATEN_CPU_CAPABILITY=default) of the 102,400; all four at once at 66,048 (43,520).

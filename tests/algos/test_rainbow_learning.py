@@ -3,13 +3,11 @@ CartPole-v1 on a seed it was not tuned on (seeds 0-4 were), natively and under `
 
 from pathlib import Path
 
-import lightning as L
 import pytest
 import yaml
-from lightning.pytorch.callbacks import EarlyStopping
 
 from rl_lightning import DQNModule
-from rl_lightning.callbacks import Evaluation
+from tests.quiet_trainer import fit_until_solved
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "rainbow_cartpole.yaml"
 #: CartPole-v1 solved: a greedy mean return over 32 episodes.
@@ -32,21 +30,5 @@ def test_the_rainbow_config_solves_cartpole_on_a_seed_it_was_not_tuned_on():
     BUDGET_UPDATES. Measured: solved at 41,008 env steps (2,500 updates, ~30 s), 57,008 under
     ATEN_CPU_CAPABILITY=default."""
     module = _rainbow(seed=1001)
-    evaluation = Evaluation(every_n_env_steps=4_000, num_eval_episodes=32)
-    stop = EarlyStopping(
-        monitor="eval/episodic_return",
-        stopping_threshold=SOLVED_RETURN,
-        mode="max",
-        patience=10**9,
-        check_on_train_epoch_end=True,
-    )
-    trainer = L.Trainer(
-        max_steps=BUDGET_UPDATES,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[evaluation, stop],
-    )
-    trainer.fit(module)
+    evaluation = fit_until_solved(module, SOLVED_RETURN, BUDGET_UPDATES)
     assert evaluation.last_metrics["eval/episodic_return"] >= SOLVED_RETURN, evaluation.history

@@ -7,11 +7,10 @@ import lightning as L
 import pytest
 import torch
 import yaml
-from lightning.pytorch.callbacks import EarlyStopping
 
 from rl_lightning import SACModule
-from rl_lightning.callbacks import Evaluation
 from rl_lightning.envs import MaskedProbe
+from tests.quiet_trainer import fit_until_solved
 
 # Every test here asserts a learning threshold (run them alone: pytest -m learning).
 pytestmark = pytest.mark.learning
@@ -30,33 +29,11 @@ def _config(name: str, **overrides) -> SACModule:
     return SACModule(**{**init_args, **overrides})
 
 
-def _solve(module: SACModule, threshold: float, max_steps: int) -> Evaluation:
-    """Greedy evaluation of 32 episodes every 4,000 env steps (the configs' own), stopping at ``threshold``."""
-    evaluation = Evaluation(every_n_env_steps=4_000, num_eval_episodes=32)
-    stop = EarlyStopping(
-        monitor="eval/episodic_return",
-        stopping_threshold=threshold,
-        mode="max",
-        patience=10**9,
-        check_on_train_epoch_end=True,
-    )
-    trainer = L.Trainer(
-        max_steps=max_steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[evaluation, stop],
-    )
-    trainer.fit(module)
-    return evaluation
-
-
 def test_the_cartpole_config_solves_cartpole_on_a_fresh_seed():
     """configs/sac_discrete_cartpole.yaml, seed 1000: a greedy mean return >= 475 over 32 episodes within 6,000
     updates (97,000 env steps). Seeds 0-2 (tuning) got there at 3,250-3,625 updates, seed 1000 at 3,125 (51,000 env
     steps; 3,375 under ATEN_CPU_CAPABILITY=default), ~35 s of one CPU."""
-    evaluation = _solve(_config("sac_discrete_cartpole.yaml", seed=1000), CARTPOLE_SOLVED, CARTPOLE_BUDGET)
+    evaluation = fit_until_solved(_config("sac_discrete_cartpole.yaml", seed=1000), CARTPOLE_SOLVED, CARTPOLE_BUDGET)
     assert evaluation.last_metrics["eval/episodic_return"] >= CARTPOLE_SOLVED, evaluation.history
 
 
@@ -64,7 +41,7 @@ def test_the_acrobot_config_solves_acrobot_on_a_fresh_seed():
     """configs/sac_discrete_acrobot.yaml, seed 1000: a greedy mean return >= -100 over 32 episodes within 4,000
     updates (65,000 env steps). Seed 0 (tuning) got there at 1,625 updates (27,000 env steps), seeds 1-2 at 1,125-1,375,
     seed 1000 at 875 (625 under ATEN_CPU_CAPABILITY=default), seed 1001 at 1,125."""
-    evaluation = _solve(_config("sac_discrete_acrobot.yaml", seed=1000), ACROBOT_SOLVED, ACROBOT_BUDGET)
+    evaluation = fit_until_solved(_config("sac_discrete_acrobot.yaml", seed=1000), ACROBOT_SOLVED, ACROBOT_BUDGET)
     assert evaluation.last_metrics["eval/episodic_return"] >= ACROBOT_SOLVED, evaluation.history
 
 
