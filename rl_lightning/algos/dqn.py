@@ -40,7 +40,7 @@ from rl_lightning.distributional import (
 from rl_lightning.envs.spaces import ACTION_MASK_KEY
 from rl_lightning.export import GreedyPolicy
 from rl_lightning.losses import compute_td_loss, compute_td_target, compute_weighted_td_loss
-from rl_lightning.nets import QNetwork, RainbowQNetwork, is_masked, masked_logits
+from rl_lightning.nets import QNetwork, RainbowQNetwork, flat_keys_encoder, is_masked, masked_logits
 from rl_lightning.seeding import seeded
 
 
@@ -122,8 +122,9 @@ class DQNModule(OffPolicyModule):
             greedy play, evaluation and exports use the mean weights.
         noisy_sigma: the noisy layers' sigma_0 (initial noise scale); only with ``noisy=True``.
         her: hindsight experience replay for goal-conditioned envs (``OffPolicyModule``): ``HERSettings`` or a dict
-            (``{"strategy": "future", "k": 4}``); None: none. The default Dict encoder reads each key apart (the state
-            meets the goal only in the last Linear layer): pass a ``network`` that reads them together.
+            (``{"strategy": "future", "k": 4}``); None: none. The default network then reads the goal env's keys
+            concatenated (``rl_lightning.nets.flat_keys_encoder``: state and goal meet in the first layer; the Dict
+            encoder without ``her`` reads each key apart, and does not learn bit flipping).
     """
 
     action_kinds = ("discrete",)
@@ -191,6 +192,8 @@ class DQNModule(OffPolicyModule):
         self._check_rainbow_settings(dict(locals()))
         self.save_hyperparameters(ignore=["network"])
         with seeded(seed):  # the same initial weights on every rank
+            if network is None and her is not None:  # a goal env: state and goal meet in the first layer
+                network = flat_keys_encoder(self.observation_space, hidden_sizes)[0]
             if dueling or distributional is not None or noisy:
                 head = (dueling, distributional, num_atoms, v_min, v_max, num_quantiles, noisy, noisy_sigma)
                 self.q_network = RainbowQNetwork(

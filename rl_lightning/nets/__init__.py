@@ -11,6 +11,7 @@ from rl_lightning.nets.continuous import (
     EnsembleLinear,
     FlatKeys,
     SquashedGaussianActor,
+    flat_keys_encoder,
 )
 from rl_lightning.nets.encoders import (
     ACTIVATIONS,
@@ -82,6 +83,7 @@ __all__ = [
     "as_observation_space",
     "categorical_entropy",
     "factorised_noise",
+    "flat_keys_encoder",
     "is_image_space",
     "is_masked",
     "make_encoder",

@@ -73,15 +73,22 @@ class FlatKeys(nn.Module):
         )
 
 
+def flat_keys_encoder(observation_space: gym.spaces.Dict, hidden_sizes: Sequence[int]) -> tuple[nn.Sequential, int]:
+    """A Dict observation's vector keys concatenated (:class:`FlatKeys`), then an MLP of ``hidden_sizes`` ReLU layers,
+    and its number of features: every layer reads every key (a goal-conditioned policy's state and goal meet in the
+    first layer, not only after an MLP per key as in ``MultiInputEncoder``)."""
+    flat = FlatKeys(observation_space)
+    trunk = VectorEncoder((flat.size,), check_sizes("hidden_sizes", hidden_sizes), "relu", torch.float32)
+    return nn.Sequential(flat, trunk), trunk.num_features
+
+
 def _vector_trunk(
     observation_space: gym.spaces.Box | gym.spaces.Dict, hidden_sizes: Sequence[int]
 ) -> tuple[nn.Sequential, int]:
     """Flatten and an MLP of ReLU layers for a vector observation (images are refused by name); a Dict
     observation's keys concatenated first (:class:`FlatKeys`)."""
     if isinstance(observation_space, gym.spaces.Dict):
-        flat = FlatKeys(observation_space)
-        trunk = VectorEncoder((flat.size,), check_sizes("hidden_sizes", hidden_sizes), "relu", torch.float32)
-        return nn.Sequential(flat, trunk), trunk.num_features
+        return flat_keys_encoder(observation_space, hidden_sizes)
     if is_image_space(observation_space):
         raise ValueError(
             f"SAC and TD3 take vector observations, got the image space {observation_space!r}: use DQNModule, "

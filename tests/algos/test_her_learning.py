@@ -69,7 +69,9 @@ def success_rate(module: DQNModule, seed: int, episodes: int = 1_000) -> float:
 @pytest.mark.parametrize("seed", [11, 12])
 def test_dqn_with_her_solves_bit_flipping_and_dqn_alone_does_not(seed):
     torch.manual_seed(seed)
-    with_her = DQNModule(seed=seed, network=goal_network(NUM_BITS), her=HER, **LEARNING)
+    # DQN's default network with her: the keys concatenated, then hidden_sizes (goal_network's architecture)
+    with_her = DQNModule(seed=seed, hidden_sizes=(256,), her=HER, **LEARNING)
+    assert isinstance(with_her.q_network.encoder[0], FlatKeys)
     quiet_fit(with_her, UPDATES)
     solved = success_rate(with_her, seed=1_000 + seed)
     alone = DQNModule(seed=seed, network=goal_network(NUM_BITS), **LEARNING)
@@ -225,3 +227,12 @@ def test_sac_and_td3_relabel_a_gymnasium_goal_env_through_the_adapter(algorithm)
     assert torch.equal(batch.rewards[:16], -((achieved - goals).abs().squeeze(1) > 0.5).float())
     assert (batch.rewards[:16] == 0).any()  # some relabelled goals are reached: the reward the env never paid
     assert module.critic(batch.obs, batch.actions).shape[-1] == 20  # the critics read the Dict's keys concatenated
+
+
+def test_with_her_dqns_default_network_reads_the_goal_envs_keys_concatenated():
+    with_her = DQNModule(her=HER, hidden_sizes=(32,), **SMALL)
+    assert isinstance(with_her.q_network.encoder[0], FlatKeys)
+    assert list(with_her.q_network.encoder[0].shapes) == ["achieved_goal", "desired_goal", "observation"]
+    assert with_her.q_network.encoder[1].num_features == 32  # one hidden layer over all 3 * NUM_BITS inputs
+    without = DQNModule(hidden_sizes=(32,), **SMALL)  # the Dict encoder: an MLP per key
+    assert set(without.q_network.encoder.encoders) == {"achieved_goal", "desired_goal", "observation"}
