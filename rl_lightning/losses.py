@@ -339,50 +339,79 @@ def compute_gae(
     return _discounted_sums(deltas, (~(terminated.bool() | truncated.bool())).float() * (gamma * lam))
 
 
-def normalize_advantages(advantages: Tensor, eps: float = 1e-8) -> Tensor:
-    """Zero mean, unit standard deviation over the minibatch."""
-    return (advantages - advantages.mean()) / (advantages.std() + eps)
+def weighted_mean(values: Tensor, weights: Tensor | None = None) -> Tensor:
+    """``values.mean()``, or with ``weights`` (0 / 1 per entry, e.g. the ``"active"`` mask of agents that are in their
+    scene) the mean over the weighted entries: sum(w * x) / max(sum(w), 1)."""
+    if weights is None:
+        return values.mean()
+    return (values * weights).sum() / weights.sum().clamp(min=1.0)
 
 
-def compute_ppo_policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, clip_coef: float) -> Tensor:
+def normalize_advantages(advantages: Tensor, eps: float = 1e-8, weights: Tensor | None = None) -> Tensor:
+    """Zero mean, unit standard deviation over the minibatch (with ``weights``: over its weighted entries)."""
+    if weights is None:
+        return (advantages - advantages.mean()) / (advantages.std() + eps)
+    mean = weighted_mean(advantages, weights)
+    count = weights.sum()
+    variance = (weights * (advantages - mean).square()).sum() / (count - 1.0).clamp(min=1.0)  # unbiased, as std()
+    return (advantages - mean) / (variance.sqrt() + eps)
+
+
+def compute_ppo_policy_loss(
+    logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, clip_coef: float, weights: Tensor | None = None
+) -> Tensor:
     """The clipped surrogate objective as a loss to minimise:
-    mean(max(-A * r, -A * clip(r, 1 - clip_coef, 1 + clip_coef))), r = pi / pi_old."""
+    mean(max(-A * r, -A * clip(r, 1 - clip_coef, 1 + clip_coef))), r = pi / pi_old (with ``weights``, their
+    weighted mean: :func:`weighted_mean`)."""
     ratio = torch.exp(logprobs.float() - old_logprobs.float())
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)
-    return torch.max(unclipped, clipped).mean()
+    return weighted_mean(torch.max(unclipped, clipped), weights)
 
 
 def compute_ppo_value_loss(
-    values: Tensor, old_values: Tensor, returns: Tensor, clip_coef: float | None = None
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    clip_coef: float | None = None,
+    weights: Tensor | None = None,
 ) -> Tensor:
     """0.5 * mean squared error to the returns; with ``clip_coef`` the new value may move at most
-    ``clip_coef`` from the value at collection, and the larger of the two errors counts."""
+    ``clip_coef`` from the value at collection, and the larger of the two errors counts (with ``weights``, their
+    weighted mean)."""
     values, returns = values.float(), returns.float()
     unclipped = (values - returns).square()
     if clip_coef is None:
-        return 0.5 * unclipped.mean()
+        return 0.5 * weighted_mean(unclipped, weights)
     clipped_values = old_values.float() + (values - old_values.float()).clamp(-clip_coef, clip_coef)
-    return 0.5 * torch.max(unclipped, (clipped_values - returns).square()).mean()
+    return 0.5 * weighted_mean(torch.max(unclipped, (clipped_values - returns).square()), weights)
 
 
 def compute_ppo_loss(
-    policy_loss: Tensor, value_loss: Tensor, entropy: Tensor, vf_coef: float, ent_coef: float
+    policy_loss: Tensor,
+    value_loss: Tensor,
+    entropy: Tensor,
+    vf_coef: float,
+    ent_coef: float,
+    weights: Tensor | None = None,
 ) -> Tensor:
-    """policy_loss + vf_coef * value_loss - ent_coef * mean entropy (the entropy bonus)."""
-    return policy_loss + vf_coef * value_loss - ent_coef * entropy.float().mean()
+    """policy_loss + vf_coef * value_loss - ent_coef * mean entropy (the entropy bonus; with ``weights``, its
+    weighted mean)."""
+    return policy_loss + vf_coef * value_loss - ent_coef * weighted_mean(entropy.float(), weights)
 
 
-def compute_approx_kl(logprobs: Tensor, old_logprobs: Tensor) -> Tensor:
+def compute_approx_kl(logprobs: Tensor, old_logprobs: Tensor, weights: Tensor | None = None) -> Tensor:
     """KL(pi_old || pi) estimated as mean((r - 1) - log r) (Schulman's low-variance estimator)."""
     log_ratio = logprobs.float() - old_logprobs.float()
-    return (torch.expm1(log_ratio) - log_ratio).mean()
+    return weighted_mean(torch.expm1(log_ratio) - log_ratio, weights)
 
 
-def compute_clip_fraction(logprobs: Tensor, old_logprobs: Tensor, clip_coef: float) -> Tensor:
+def compute_clip_fraction(
+    logprobs: Tensor, old_logprobs: Tensor, clip_coef: float, weights: Tensor | None = None
+) -> Tensor:
     """The fraction of samples whose ratio lies outside [1 - clip_coef, 1 + clip_coef]."""
     ratio = torch.exp(logprobs.float() - old_logprobs.float())
-    return ((ratio - 1.0).abs() > clip_coef).float().mean()
+    return weighted_mean(((ratio - 1.0).abs() > clip_coef).float(), weights)
 
 
 def compute_explained_variance(values: Tensor, returns: Tensor) -> Tensor:

@@ -58,7 +58,7 @@ HISTORY = {
     PPOModule: "env_id num_envs num_steps_per_rollout lr anneal_lr gamma gae_lambda update_epochs num_minibatches "
     "clip_coef clip_vloss ent_coef vf_coef max_grad_norm target_kl norm_adv normalize_obs normalize_rewards "
     "shared_encoder hidden_sizes activation adam_eps seed network env_backend env_kwargs recurrent core_size lr_end "
-    "lr_frac compile num_seeds actor_keys critic_keys",
+    "lr_frac compile num_seeds actor_keys critic_keys agent_networks",
     SACModule: "env_id num_envs buffer_size batch_size learning_starts train_freq gradient_steps steps_per_epoch "
     "gamma n_step lr tau alpha alpha_init target_entropy num_critics hidden_sizes max_grad_norm seed "
     "checkpoint_buffer env_backend env_kwargs compile updates_per_step prioritized prioritized_alpha prioritized_beta "

@@ -92,6 +92,8 @@ class Charts:
         elif finished[2].item() > 0:  # a host sync, once per log
             metrics["charts/episodic_return"] = finished[0] / finished[2]
             metrics["charts/episodic_length"] = finished[1] / finished[2]
+            if finished.numel() > 3:  # a multi-agent env's rows: each agent's mean return and the team's
+                metrics.update(_agent_charts(finished, module.source.envs))
         if module._attached and module.trainer.optimizers:
             metrics["charts/learning_rate"] = module.trainer.optimizers[0].param_groups[0]["lr"]
         self.log(module, metrics)
@@ -99,6 +101,19 @@ class Charts:
             if key in metrics:
                 value = metrics.get(f"{key}_iqm", metrics[key])  # num_seeds > 1: the seeds' IQM
                 self.progress[name] = float(value.nanmean() if isinstance(value, Tensor) else value)
+
+
+def _agent_charts(finished: Tensor, envs: Any) -> dict[str, Tensor]:
+    """A multi-agent env's episode charts from ``(return sum, length sum, episodes, each agent's return sum...)``:
+    ``charts/team_return`` (the mean over the scenes' episodes of the agents' summed returns; ``episodic_return`` is
+    the mean agent's) and ``charts/agent_returns/<agent>`` (each agent's mean return)."""
+    agent_sums = finished[3:]
+    scene_episodes = finished[2] / agent_sums.numel()  # every row of a scene ends its episode with the scene
+    names = getattr(envs, "agent_names", None) or [f"agent_{index}" for index in range(agent_sums.numel())]
+    charts = {"charts/team_return": agent_sums.sum() / scene_episodes}
+    for name, total in zip(names, agent_sums.unbind(), strict=True):
+        charts[f"charts/agent_returns/{name}"] = total / scene_episodes
+    return charts
 
 
 def _seed_episode_charts(finished: Tensor, diverged: list[int]) -> dict[str, Tensor | float]:

@@ -49,7 +49,7 @@ from rl_lightning.data.source import EnvSource, SourceLoader
 from rl_lightning.deprecations import wrap_init
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.registry import BACKENDS, is_native_env_id
-from rl_lightning.envs.spaces import observation_view
+from rl_lightning.envs.spaces import ACTION_MASK_KEY, ACTIVE_KEY, GLOBAL_STATE_KEY, observation_view
 from rl_lightning.stopping import CollectiveStop
 
 __all__ = ["RLModule", "as_numpy", "is_tensor_input"]
@@ -137,6 +137,13 @@ class RLModule(SeedMembers, Acting, PolicySharing, GreedyEvaluation, CheckpointP
         #: What the policy reads of the observation (``observation_views``): act, evaluation and exports take it.
         self.policy_observation_space = self.observation_space
         self.action_space = spec_env.single_action_space
+        #: Agents per scene of a multi-agent env (its rows are ``num_envs * num_agents`` agents); 1 for the others.
+        self.num_agents: int = getattr(spec_env, "num_agents", 1)
+        if ACTIVE_KEY in getattr(self.observation_space, "spaces", {}) and not self.masks_absent_agents:
+            raise ValueError(
+                f"{env_id!r}'s agents can leave their scene before it ends (its observations' {ACTIVE_KEY!r} key), "
+                f"and {type(self).__name__} does not mask absent agents out of its losses: use PPOModule"
+            )
         self._inputs = ObservationInputs(spec_env, env_id)  # what act() takes
         self.obs_shape, self.obs_dtype = spec_env.obs_shape, spec_env.obs_dtype
         self.action_shape = spec_env.action_shape
@@ -166,7 +173,16 @@ class RLModule(SeedMembers, Acting, PolicySharing, GreedyEvaluation, CheckpointP
         """The actor's and the critic's parts of a Dict observation (an asymmetric actor-critic: ``actor_keys`` /
         ``critic_keys``, None: every key; ``rl_lightning.envs.spaces.observation_view``). The actor's becomes
         ``policy_observation_space``: ``act``, ``evaluate_policy``, every export and the Hub folder's policy take
-        only those keys, so a deployed policy never asks for the critic's privileged state."""
+        only those keys, so a deployed policy never asks for the critic's privileged state. On a multi-agent env
+        (``num_agents > 1``) None is every key but the scene's global ``"state"``: each agent acts on what it
+        observes (decentralised execution), and the critic reads the same unless ``critic_keys`` says otherwise
+        (IPPO; MAPPO's centralised critic is ``critic_keys=["state", "agent_id"]``)."""
+        if self.num_agents > 1 and actor_keys is None:
+            actor_keys = [
+                key for key in self.observation_space.spaces if key not in (GLOBAL_STATE_KEY, ACTION_MASK_KEY)
+            ]
+        if self.num_agents > 1 and critic_keys is None:
+            critic_keys = [key for key in actor_keys if key != ACTION_MASK_KEY]
         actor = observation_view(self.observation_space, actor_keys, "actor_keys", policy=True)
         critic = observation_view(self.observation_space, critic_keys, "critic_keys")
         self.policy_observation_space = self._inputs.policy_space = actor
@@ -194,6 +210,9 @@ class RLModule(SeedMembers, Acting, PolicySharing, GreedyEvaluation, CheckpointP
         """One update's loss on ``batch`` (the source's next batch), differentiable w.r.t. the parameters the
         optimizer steps; logs its metrics (``log_metrics``). Called by :meth:`update`, in the layer's loop."""
         raise NotImplementedError
+
+    #: Whether the losses leave out the rows of absent agents (a multi-agent env's ``"active"`` key): PPO's do.
+    masks_absent_agents: ClassVar[bool] = False
 
     #: Updates one training step runs (a layer's setting): a rollout's (on-policy) or ``updates_per_step``.
     updates_per_training_step: int = 1

@@ -22,7 +22,7 @@ Discrete actions get a categorical policy, ``Box`` actions a diagonal Gaussian (
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -44,8 +44,10 @@ from rl_lightning.losses import (
     compute_ppo_policy_loss,
     compute_ppo_value_loss,
     normalize_advantages,
+    weighted_mean,
 )
-from rl_lightning.nets import ACTIVATIONS, CORES, ActorCritic, RecurrentActorCritic
+from rl_lightning.nets import ACTIVATIONS, CORES, ActorCritic, RecurrentActorCritic, orthogonal_init
+from rl_lightning.nets.agents import active_weights, agent_encoder
 from rl_lightning.seeding import seeded
 
 
@@ -112,7 +114,17 @@ class PPOModule(OnPolicyModule):
         critic_keys: the keys the critic reads (e.g. a simulator's privileged state besides what the actor
             senses); the critic then has its own encoder (``shared_encoder=False``), and a recurrent policy's
             critic is a feed-forward network of these keys beside the core. None: every key.
+        agent_networks: on a multi-agent env (``make_envs(..., backend="vmas" | "pettingzoo")``: agents as rows,
+            each observation the agent's ``"obs"``, its one-hot ``"agent_id"`` and the scene's ``"state"``):
+            ``"shared"`` (IPPO's and MAPPO's usual parameter sharing: one actor and one critic for every agent, their
+            keys concatenated so the agent id reaches the first layer) or ``"separate"`` (each agent its own actor and
+            critic MLPs: ``rl_lightning.nets.agents.SeparateAgentEncoders``). MAPPO is ``critic_keys=["state",
+            "agent_id"]`` (the centralised critic), IPPO ``critic_keys=None``. Agents that leave their scene early
+            (the ``"active"`` key) are left out of the losses and bootstrap from 0.
     """
+
+    #: PPO's losses leave out the rows of absent agents (``ppo_minibatch_loss``, ``ActorCriticSource._prepare``).
+    masks_absent_agents = True
 
     action_kinds = ("discrete", "box", "multi_discrete", "multi_binary")
 
@@ -152,6 +164,7 @@ class PPOModule(OnPolicyModule):
         num_seeds: int = 1,
         actor_keys: Sequence[str] | None = None,
         critic_keys: Sequence[str] | None = None,
+        agent_networks: str = "shared",
     ):
         super().__init__(
             env_id=env_id,
@@ -210,10 +223,24 @@ class PPOModule(OnPolicyModule):
                     "policy: a minibatch is a group of whole env sequences"
                 )
         actor_space, critic_space = self.observation_views(actor_keys, critic_keys)
+        agent_encoders = agent_encoder_builder(
+            agent_networks, env_id, self.num_agents, hidden_sizes, activation, network, recurrent, shared_encoder
+        )
         self.save_hyperparameters(ignore=["network"])
         with seeded(seed):  # the same initial weights on every rank
-            if recurrent is None:
+            if agent_encoders is not None:
+                network, critic_network = agent_encoders(actor_space), agent_encoders(critic_space or actor_space)
                 self.model: ActorCritic | RecurrentActorCritic = ActorCritic(
+                    actor_space,
+                    self.action_space,
+                    hidden_sizes,
+                    network=network,
+                    activation=activation,
+                    critic_observation_space=critic_space,
+                    critic_network=critic_network,
+                )
+            elif recurrent is None:
+                self.model = ActorCritic(
                     actor_space,
                     self.action_space,
                     hidden_sizes,
@@ -423,16 +450,58 @@ def ppo_minibatch_loss(
         logprobs, entropy, values = logprobs.flatten(), entropy.flatten(), values.flatten()
     else:
         logprobs, entropy, values = model.evaluate(batch.obs, batch.actions)
-    advantages = normalize_advantages(batch.advantages) if norm_adv else batch.advantages
-    policy_loss = compute_ppo_policy_loss(logprobs, batch.logprobs, advantages, clip_coef)
-    value_loss = compute_ppo_value_loss(values, batch.values, batch.returns, clip_coef if clip_vloss else None)
-    loss = compute_ppo_loss(policy_loss, value_loss, entropy, vf_coef, ent_coef)
+    weights = active_weights(batch.obs)  # a multi-agent env's absent agents count for nothing (None: all count)
+    advantages = normalize_advantages(batch.advantages, weights=weights) if norm_adv else batch.advantages
+    policy_loss = compute_ppo_policy_loss(logprobs, batch.logprobs, advantages, clip_coef, weights)
+    value_loss = compute_ppo_value_loss(values, batch.values, batch.returns, clip_coef if clip_vloss else None, weights)
+    loss = compute_ppo_loss(policy_loss, value_loss, entropy, vf_coef, ent_coef, weights)
     with torch.no_grad():
         metrics = {
             "losses/policy_loss": policy_loss.detach(),
             "losses/value_loss": value_loss.detach(),
-            "losses/entropy": entropy.detach().mean(),
-            "losses/approx_kl": compute_approx_kl(logprobs, batch.logprobs),
-            "losses/clipfrac": compute_clip_fraction(logprobs, batch.logprobs, clip_coef),
+            "losses/entropy": weighted_mean(entropy.detach(), weights),
+            "losses/approx_kl": compute_approx_kl(logprobs, batch.logprobs, weights),
+            "losses/clipfrac": compute_clip_fraction(logprobs, batch.logprobs, clip_coef, weights),
         }
     return loss, metrics
+
+
+#: ``PPOModule(agent_networks=...)``'s choices.
+AGENT_NETWORKS = ("shared", "separate")
+
+
+def agent_encoder_builder(
+    agent_networks: str,
+    env_id: str,
+    num_agents: int,
+    hidden_sizes: Sequence[int],
+    activation: str,
+    network: nn.Module | None,
+    recurrent: str | None,
+    shared_encoder: bool,
+) -> Callable[[gym.spaces.Dict], nn.Module] | None:
+    """``agent_networks`` checked against the env and the other settings, and the builder of a multi-agent env's
+    default encoders (``rl_lightning.nets.agents.agent_encoder``, orthogonally initialised) for a Dict space; None
+    where the usual networks apply (a single-agent env, the user's ``network``, a recurrent policy, a shared
+    encoder)."""
+    check_choice("agent_networks", agent_networks, AGENT_NETWORKS)
+    separate = agent_networks == "separate"
+    if separate and num_agents == 1:
+        raise ValueError(
+            f"agent_networks='separate' gives each agent of a multi-agent env its own networks, but {env_id!r} has "
+            "one agent: use agent_networks='shared'"
+        )
+    if separate and (network is not None or recurrent is not None or shared_encoder):
+        raise ValueError(
+            "agent_networks='separate' builds each agent's MLPs itself: it takes no network, no recurrent core and "
+            "shared_encoder=False"
+        )
+    if num_agents == 1 or network is not None or recurrent is not None or shared_encoder:
+        return None
+
+    def build(space: gym.spaces.Dict) -> nn.Module:
+        encoder = agent_encoder(space, hidden_sizes, activation, num_agents if separate else None)[0]
+        orthogonal_init(encoder)
+        return encoder
+
+    return build

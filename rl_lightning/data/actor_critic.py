@@ -22,6 +22,7 @@ from rl_lightning.data.rollout import RolloutCollection, RolloutSource, RolloutT
 from rl_lightning.envs.base import VectorEnv
 from rl_lightning.losses import compute_gae
 from rl_lightning.nets import ActorCritic
+from rl_lightning.nets.agents import active_weights
 
 
 class PPOBatch(NamedTuple):
@@ -165,6 +166,14 @@ class ActorCriticSource(RolloutSource):
             # ended (elsewhere the next step's value is V(obs t + 1)).
             final_values = self._final_values(self._normalize(self.rollout.final_observations()))
             last_values = self._last_values(self._normalize(self.obs))
+        active = active_weights(rollout.obs)
+        if active is not None:
+            # A multi-agent env's absent agent (its "active" key False) is worth 0: the agent that left the scene gets
+            # nothing more, so its last step bootstraps from 0 without a per-agent done, and its absent steps have zero
+            # advantages (the losses leave them out too: ``ppo_minibatch_loss``).
+            rollout = rollout._replace(values=rollout.values * active)
+            final_values = final_values * active_weights(self.rollout.final_observations())
+            last_values = last_values * active_weights(self.obs)
         following = torch.cat([rollout.values[:, 1:], last_values.unsqueeze(1)], dim=1)
         rollout = rollout._replace(next_values=torch.where(rollout.dones, final_values, following))
         rewards = rollout.rewards

@@ -26,17 +26,25 @@ class EpisodeTracker:
     returns: every algorithm logs the same thing (for the Atari preset, game scores over full games:
     :func:`game_steps`).
 
+    A multi-agent env's rows are its agents (``num_agents`` per scene, scene-major, every row of a scene ending its
+    episode at the same step): each row's episode is one agent's, and :meth:`pop` adds the sum of each agent's
+    returns, so the charts show every agent's mean return and the team's (their sum).
+
     Args:
-        num_envs: envs tracked.
+        num_envs: envs tracked (rows).
         device: where the counters live.
+        num_agents: rows per scene of a multi-agent env (1: a single-agent env).
     """
 
-    def __init__(self, num_envs: int, device: torch.device | str = "cpu"):
+    def __init__(self, num_envs: int, device: torch.device | str = "cpu", num_agents: int = 1):
         self.num_envs = num_envs
+        self.num_agents = num_agents
         self.returns = torch.zeros(num_envs, device=device)
         self.lengths = torch.zeros(num_envs, device=device)
         # [sum of returns, sum of lengths, number] of the episodes finished since the last pop
         self.finished = torch.zeros(3, device=device)
+        # each agent's sum of returns over those episodes (a multi-agent env's)
+        self.agent_returns = torch.zeros(num_agents if num_agents > 1 else 0, device=device)
 
     def reset(self) -> None:
         """Every env starts a new episode (``envs.reset()``): unfinished episodes are dropped."""
@@ -56,6 +64,8 @@ class EpisodeTracker:
         self.lengths += 1
         done = dones.float()
         self.finished += torch.stack([self.returns @ done, self.lengths @ done, done.sum()])
+        if self.num_agents > 1:
+            self.agent_returns += (self.returns * done).view(-1, self.num_agents).sum(dim=0)
         keep = 1.0 - done
         self.returns *= keep
         self.lengths *= keep
@@ -79,20 +89,32 @@ class EpisodeTracker:
         done = dones.float()
         episode_returns, episode_lengths = since(cum_returns, before), since(cum_lengths, before)
         self.finished += torch.stack([(episode_returns * done).sum(), (episode_lengths * done).sum(), done.sum()])
+        if self.num_agents > 1:
+            self.agent_returns += (episode_returns * done).view(-1, self.num_agents, num_steps).sum(dim=(0, 2))
         self.returns = since(cum_returns, last_done)[:, -1].clone()
         self.lengths = since(cum_lengths, last_done)[:, -1].clone()
 
     def pop(self) -> Tensor:
-        """``[sum of returns, sum of lengths, count]`` of the episodes finished since the last pop."""
+        """``[sum of returns, sum of lengths, count]`` of the episodes finished since the last pop; for a multi-agent
+        env followed by each agent's sum of returns (``3 + num_agents`` values)."""
         finished = self.finished.clone()
         self.finished.zero_()
+        if self.num_agents == 1:
+            return finished
+        finished = torch.cat([finished, self.agent_returns])
+        self.agent_returns.zero_()
         return finished
 
     def state_dict(self) -> dict[str, Any]:
-        return {"returns": self.returns.clone(), "lengths": self.lengths.clone(), "finished": self.finished.clone()}
+        state = {"returns": self.returns.clone(), "lengths": self.lengths.clone(), "finished": self.finished.clone()}
+        if self.num_agents > 1:
+            state["agent_returns"] = self.agent_returns.clone()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         device = self.returns.device
         self.returns = state["returns"].to(device).clone()
         self.lengths = state["lengths"].to(device).clone()
         self.finished = state["finished"].to(device).clone()
+        if self.num_agents > 1:
+            self.agent_returns = state["agent_returns"].to(device).clone()

@@ -50,7 +50,7 @@ class EnvSource(IterableDataset):
         #: an update's learning rate is the one for the env steps taken before its data).
         self.env_steps_before_batch = self.env_steps
         self.generator = torch.Generator(device=self.device).manual_seed(check_seed("seed", seed))
-        self.episodes = EpisodeTracker(envs.num_envs, self.device)
+        self.episodes = EpisodeTracker(envs.num_envs, self.device, getattr(envs, "num_agents", 1))
         self._obs: Tensor | None = None  # the envs are reset on the first step, not at construction
         #: Whether the run was asked to stop (the module wires Lightning's SIGTERM flag here); the
         #: env loops check it between rollouts and every few hundred steps of a long warm-up.

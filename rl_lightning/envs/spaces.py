@@ -31,6 +31,12 @@ from rl_lightning.sampling import as_bool_mask as as_bool_mask
 ACTION_MASK_KEY = "action_mask"
 #: The key of a ``Box`` observation that gets an action mask from ``info`` beside it.
 OBSERVATION_KEY = "observation"
+#: A multi-agent env's observation key of a row's one-hot agent index (``rl_lightning.envs.multi_agent``).
+AGENT_ID_KEY = "agent_id"
+#: A multi-agent env's observation key of its scene's global state (what MAPPO's centralised critic reads).
+GLOBAL_STATE_KEY = "state"
+#: A multi-agent env's observation key (bool ``(1,)``) saying whether a row's agent is in its scene at this step.
+ACTIVE_KEY = "active"
 #: Joins the keys of a nested part: ``{"a": {"b": ...}}`` -> ``"a/b"``.
 KEY_SEPARATOR = "/"
 

@@ -227,6 +227,7 @@ class ActorCritic(nn.Module):
         critic_observation_space: the keys of a Dict observation the critic reads, when they are not the actor's
             (an asymmetric actor-critic: ``observation_space`` is then the actor's keys; the critic gets its own
             default encoder, even beside ``network``); None: the actor's.
+        critic_network: your own encoder for the critic (not initialised here, as ``network``); None: as above.
     """
 
     def __init__(
@@ -239,6 +240,7 @@ class ActorCritic(nn.Module):
         activation: str = "tanh",
         orthogonal: bool = True,
         critic_observation_space: gym.spaces.Dict | None = None,
+        critic_network: nn.Module | None = None,
     ):
         super().__init__()
         asymmetric = reads_other_keys(observation_space, critic_observation_space)
@@ -249,7 +251,11 @@ class ActorCritic(nn.Module):
             )
         self.shared_encoder = shared_encoder
         self.actor = PolicyNetwork(observation_space, action_space, hidden_sizes, network, activation)
-        critic_network = None if network is None or shared_encoder or asymmetric else copy.deepcopy(network)
+        own_critic = critic_network is not None
+        if critic_network is not None and shared_encoder:
+            raise ValueError("critic_network is the critic's own encoder: it needs shared_encoder=False")
+        if critic_network is None and network is not None and not shared_encoder and not asymmetric:
+            critic_network = copy.deepcopy(network)
         critic_space = critic_observation_space if asymmetric else observation_space
         self.critic = ValueNetwork(critic_space, hidden_sizes, critic_network, activation)
         if shared_encoder:
@@ -257,7 +263,7 @@ class ActorCritic(nn.Module):
         if orthogonal:
             if network is None:
                 orthogonal_init(self.actor.encoder)
-            if network is None or asymmetric:
+            if not own_critic and (network is None or asymmetric):
                 orthogonal_init(self.critic.encoder)
             orthogonal_init(self.actor.head, gain=0.01)
             orthogonal_init(self.critic.head, gain=1.0)
