@@ -12,6 +12,7 @@ from rl_lightning.algos import (
 )
 from rl_lightning.callbacks.evaluation import EvalResult, evaluate_policy
 from rl_lightning.data.her import HERSettings
+from rl_lightning.data.offline import Transitions, TransitionsDataModule, fill_replay_buffer
 from rl_lightning.envs import (
     Acrobot,
     AleVectorEnv,
@@ -52,9 +53,12 @@ __all__ = [
     "RLModule",
     "SACModule",
     "TD3Module",
+    "Transitions",
+    "TransitionsDataModule",
     "VPGModule",
     "VectorEnv",
     "evaluate_policy",
+    "fill_replay_buffer",
     "make_envs",
     "play_greedy",
     "register",

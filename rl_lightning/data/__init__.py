@@ -2,6 +2,7 @@
 
 from rl_lightning.data.episodes import EpisodeTracker
 from rl_lightning.data.frame_replay import FrameStackReplayBuffer
+from rl_lightning.data.offline import Transitions, TransitionsDataModule, episode_returns, fill_replay_buffer
 from rl_lightning.data.prioritized import PrioritizedFrameStackReplayBuffer, PrioritizedReplayBuffer, SumTree
 from rl_lightning.data.replay import ReplaySource, epsilon_greedy
 from rl_lightning.data.replay_buffer import ReplayBuffer, ReplayBufferSamples
@@ -21,5 +22,9 @@ __all__ = [
     "RolloutSource",
     "RolloutTensors",
     "SumTree",
+    "Transitions",
+    "TransitionsDataModule",
+    "episode_returns",
     "epsilon_greedy",
+    "fill_replay_buffer",
 ]
