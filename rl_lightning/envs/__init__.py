@@ -13,7 +13,9 @@ from rl_lightning.envs.cartpole import CartPole, CartPoleNoVel
 from rl_lightning.envs.envpool_adapter import EnvPoolVectorEnv
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
 from rl_lightning.envs.mountain_car import MountainCar, MountainCarContinuous
+from rl_lightning.envs.multi_agent import MultiAgentVectorEnv
 from rl_lightning.envs.pendulum import Pendulum
+from rl_lightning.envs.pettingzoo_adapter import PettingZooVectorEnv
 from rl_lightning.envs.privileged import PrivilegedBandit, PrivilegedBanditContinuous
 from rl_lightning.envs.probes import (
     ContinuousProbe1,
@@ -28,7 +30,9 @@ from rl_lightning.envs.probes import (
 )
 from rl_lightning.envs.ray_vector import RayVectorEnv
 from rl_lightning.envs.registry import make_envs, register, registered_env_ids, solved_return
+from rl_lightning.envs.role_assignment import RoleAssignment, role_assignment_factory
 from rl_lightning.envs.structured_probes import DictProbe, MaskedProbe, MultiBinaryProbe, MultiDiscreteProbe
+from rl_lightning.envs.vmas_adapter import VmasVectorEnv
 
 
 def _deprecated_cartpole_gpu(
@@ -60,6 +64,8 @@ register("PrivilegedBandit-v0", PrivilegedBandit)
 register("PrivilegedBanditContinuous-v0", PrivilegedBanditContinuous)
 for _num_bits in (10, 20):  # goal-conditioned (hindsight relabelling: rl_lightning.data.her)
     register(f"BitFlipping{_num_bits}-v0", bit_flipping_factory(_num_bits))
+# Multi-agent, agents as rows: num_envs counts scenes of 3 agents (rl_lightning.envs.multi_agent).
+register("RoleAssignment-v0", role_assignment_factory)
 
 __all__ = [
     "Acrobot",
@@ -77,9 +83,11 @@ __all__ = [
     "MemoryProbe",
     "MountainCar",
     "MountainCarContinuous",
+    "MultiAgentVectorEnv",
     "MultiBinaryProbe",
     "MultiDiscreteProbe",
     "Pendulum",
+    "PettingZooVectorEnv",
     "PrivilegedBandit",
     "PrivilegedBanditContinuous",
     "Probe1",
@@ -88,7 +96,9 @@ __all__ = [
     "Probe4",
     "Probe5",
     "RayVectorEnv",
+    "RoleAssignment",
     "VectorEnv",
+    "VmasVectorEnv",
     "make_envs",
     "register",
     "registered_env_ids",

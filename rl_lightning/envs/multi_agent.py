@@ -68,9 +68,9 @@ def multi_agent_space(
         STATE_KEY: gym.spaces.Box(-np.inf, np.inf, (state_dim,), np.float32),
     }
     if active:
-        spaces[ACTIVE_KEY] = gym.spaces.Box(False, True, (1,), np.bool_)
+        spaces[ACTIVE_KEY] = gym.spaces.Box(0, 1, (1,), np.bool_)
     if num_actions is not None:
-        spaces[ACTION_MASK_KEY] = gym.spaces.Box(False, True, (num_actions,), np.bool_)
+        spaces[ACTION_MASK_KEY] = gym.spaces.Box(0, 1, (num_actions,), np.bool_)
     return gym.spaces.Dict(spaces)
 
 

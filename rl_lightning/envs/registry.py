@@ -3,7 +3,9 @@
 ``make_envs`` builds a native torch env where one is registered here, and otherwise any
 gymnasium id through :class:`~rl_lightning.envs.gym_adapter.GymnasiumVectorEnv`; on request the
 C++ vector envs of EnvPool (:class:`~rl_lightning.envs.envpool_adapter.EnvPoolVectorEnv`) and
-ale-py (:class:`~rl_lightning.envs.ale_vector.AleVectorEnv`).
+ale-py (:class:`~rl_lightning.envs.ale_vector.AleVectorEnv`); multi-agent scenes of VMAS
+(:class:`~rl_lightning.envs.vmas_adapter.VmasVectorEnv`) and PettingZoo
+(:class:`~rl_lightning.envs.pettingzoo_adapter.PettingZooVectorEnv`), agents as rows.
 """
 
 from __future__ import annotations
@@ -20,13 +22,17 @@ from rl_lightning.envs.base import VectorEnv
 from rl_lightning.envs.envpool_adapter import EnvPoolVectorEnv
 from rl_lightning.envs.gym_adapter import GymnasiumVectorEnv
 from rl_lightning.envs.gym_ids import gymnasium_spec
+from rl_lightning.envs.pettingzoo_adapter import PettingZooVectorEnv
+from rl_lightning.envs.vmas_adapter import VmasVectorEnv
 
 EnvFactory = Callable[..., VectorEnv]
 _REGISTRY: dict[str, EnvFactory] = {}
 _SOLVED_RETURNS: dict[str, float] = {}
-BACKENDS = ("auto", "torch", "gymnasium", "envpool", "ale_vector", "ray")
+BACKENDS = ("auto", "torch", "gymnasium", "envpool", "ale_vector", "ray", "vmas", "pettingzoo")
 #: The backends over C++ vector envs, by name.
 _POOLED_BACKENDS = {"envpool": EnvPoolVectorEnv, "ale_vector": AleVectorEnv}
+#: The multi-agent backends (agents as rows; ``num_envs`` counts scenes), by name.
+_MULTI_AGENT_BACKENDS = {"vmas": VmasVectorEnv, "pettingzoo": PettingZooVectorEnv}
 
 
 def register(env_id: str, factory: EnvFactory, *, overwrite: bool = False, solved_return: float | None = None) -> None:
@@ -110,7 +116,12 @@ def make_envs(
             Atari preset, and MuJoCo ids); ``"ale_vector"``: ale-py's C++ vector env
             (:class:`AleVectorEnv`: Atari ids, always with the preset); ``"ray"``: any gymnasium id stepped
             in Ray actors (:class:`~rl_lightning.envs.ray_vector.RayVectorEnv`, the ``ray`` extra: the same
-            trajectories as ``"gymnasium"``, the simulation in ``num_workers`` remote workers).
+            trajectories as ``"gymnasium"``, the simulation in ``num_workers`` remote workers); ``"vmas"``: a VMAS
+            scenario name (:class:`VmasVectorEnv`, e.g. ``"balance"``); ``"pettingzoo"``: a PettingZoo parallel
+            env's module path inside pettingzoo or mpe2 (:class:`PettingZooVectorEnv`, e.g.
+            ``"mpe2.simple_spread_v3"``). For these two multi-agent backends (the ``multiagent`` extra)
+            **``num_envs`` is the number of SCENES**: the env built has ``num_envs * num_agents`` rows, one per
+            agent (:mod:`rl_lightning.envs.multi_agent`).
         compile: run a native env's dynamics through ``torch.compile`` (the classic-control envs,
             whose factories take ``compile``; see
             :class:`~rl_lightning.envs._classic_control.ClassicControlEnv`).
@@ -119,7 +130,9 @@ def make_envs(
             ``"envpool"``: ``atari``, ``render`` and EnvPool's own arguments (``num_threads``, ...); for
             ``"ale_vector"``: ``atari`` and ale-py's ``num_threads``, ``thread_affinity_offset``,
             ``full_action_space``; for ``"ray"``: the gymnasium adapter's and ``num_workers``,
-            ``envs_per_worker``, ``address``, ``num_cpus_per_worker``.
+            ``envs_per_worker``, ``address``, ``num_cpus_per_worker``; for ``"vmas"``: ``continuous_actions``,
+            ``max_steps``, ``render`` and the scenario's own (``n_agents``, ...); for ``"pettingzoo"``: ``render``
+            and the env's own (``max_cycles``, ...).
 
     Raises:
         ValueError: for an id that is neither native nor gymnasium's, a bad ``backend``, a
@@ -138,6 +151,13 @@ def make_envs(
                 f"backend={backend!r}'s C++ envs; pass compile=False"
             )
         return _POOLED_BACKENDS[backend](env_id, num_envs, seed=seed, device=device, **gym_kwargs)
+    if backend in _MULTI_AGENT_BACKENDS:
+        if compile:
+            raise ValueError(
+                f"compile=True applies to native torch envs only (a torch.compile of their dynamics), not to "
+                f"backend={backend!r}'s multi-agent scenes; pass compile=False"
+            )
+        return _MULTI_AGENT_BACKENDS[backend](env_id, num_envs, seed=seed, device=device, **gym_kwargs)
     if backend == "ray":
         if compile:
             raise ValueError(
