@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 from torch import Tensor
 
+from rl_lightning.envs.multi_agent import MultiAgentVectorEnv, every_scene
 from rl_lightning.playing import play_greedy
 from rl_lightning.protocols import RLModuleProtocol
 
@@ -53,7 +54,8 @@ def greedy_frames(
 
     Returns:
         uint8 frames ``(num_envs, ceil(num_steps / frame_stride), H, W, 3)`` on the CPU and bool
-        dones ``(num_envs, num_steps)``.
+        dones ``(num_envs, num_steps)``. For a multi-agent env (``num_envs`` scenes, a row per agent) one row
+        per scene: the grid shows the scenes.
 
     Raises:
         NotImplementedError: if the env cannot render.
@@ -79,7 +81,10 @@ def greedy_frames(
         )
     finally:
         envs.close()
-    return torch.stack(played.frames, dim=1), played.dones.cpu()
+    frames, dones = torch.stack(played.frames, dim=1), played.dones.cpu()
+    if isinstance(envs, MultiAgentVectorEnv):  # a scene's rows share its frame and its episode ends
+        return every_scene(frames, envs.num_agents), every_scene(dones, envs.num_agents)
+    return frames, dones
 
 
 def _render_or_explain(envs: Any, env_id: str, quiet: bool = True) -> Tensor:

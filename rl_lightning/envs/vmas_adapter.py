@@ -171,7 +171,10 @@ class VmasVectorEnv(MultiAgentVectorEnv):
         """Run VMAS with the adapter's RNG states (set before, read back after), the global ones untouched."""
         from vmas.simulator.environment.environment import Environment
 
-        shared = Environment.vmas_random_state  # VMAS's one saved state for all its instances, swapped in per call
+        # VMAS's one saved state for all its instances, swapped in per call: ours while we run, then theirs again
+        # (another VMAS env of the process goes on with its own stream).
+        shared = Environment.vmas_random_state
+        saved_shared = list(shared)
         cuda = [self.device] if self.device.type == "cuda" else []
         saved_numpy, saved_python = np.random.get_state(), random.getstate()
         with torch.random.fork_rng(devices=cuda):
@@ -183,6 +186,7 @@ class VmasVectorEnv(MultiAgentVectorEnv):
                 yield
             finally:
                 self._torch_state, self._numpy_state, self._python_state = shared[0], shared[1], shared[2]
+                shared[:] = saved_shared
                 if cuda:
                     self._cuda_state = torch.cuda.get_rng_state(self.device)
                 np.random.set_state(saved_numpy)

@@ -35,6 +35,7 @@ RANDOM_ENV_IDS = {
     "MultiDiscreteProbe-v0",
     "BitFlipping10-v0",
     "BitFlipping20-v0",
+    "RoleAssignment-v0",
 }
 DISCRETE_ENV_IDS = [env_id for env_id in ENV_IDS if make_envs(env_id, 1).action_kind == "discrete"]
 BOX_ENV_IDS = [env_id for env_id in ENV_IDS if make_envs(env_id, 1).action_kind == "box"]
@@ -82,7 +83,8 @@ def test_registry_holds_cartpole_and_the_five_probes():
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_reset_and_step_shapes_dtypes_devices(env_id, device):
     env = make_envs(env_id, NUM_ENVS, seed=0, device=device)
-    assert env.num_envs == NUM_ENVS and env.device == resolve_device(device)
+    # a multi-agent env's num_envs counts scenes, its rows are scenes x agents (rl_lightning.envs.multi_agent)
+    assert env.num_envs == NUM_ENVS * getattr(env, "num_agents", 1) and env.device == resolve_device(device)
     if env.structured:
         _check_dict_observations(env, device)
         return
@@ -115,10 +117,10 @@ def _check_dict_observations(env: VectorEnv, device: str) -> None:
     for tree in (obs, obs2, info["final_observation"]):
         assert tree.keys() == leaves.keys()
         for key, leaf in tree.items():
-            assert leaf.shape == (NUM_ENVS, *env.obs_shape[key]) and leaf.dtype == env.obs_dtype[key]
+            assert leaf.shape == (env.num_envs, *env.obs_shape[key]) and leaf.dtype == env.obs_dtype[key]
             assert leaf.device.type == torch.device(device).type
             assert env.single_observation_space[key].contains(leaf[0].cpu().numpy())
-    assert reward.shape == (NUM_ENVS,) and terminated.dtype == torch.bool
+    assert reward.shape == (env.num_envs,) and terminated.dtype == torch.bool
 
 
 @pytest.mark.parametrize("env_id", DISCRETE_ENV_IDS)
@@ -126,8 +128,8 @@ def test_every_integer_action_dtype_is_accepted(env_id):
     env = make_envs(env_id, NUM_ENVS, seed=0)
     env.reset()
     for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64):
-        _, reward, *_ = env.step(torch.full((NUM_ENVS,), env.num_actions - 1, dtype=dtype))
-        assert reward.shape == (NUM_ENVS,)
+        _, reward, *_ = env.step(torch.full((env.num_envs,), env.num_actions - 1, dtype=dtype))
+        assert reward.shape == (env.num_envs,)
 
 
 @pytest.mark.parametrize("env_id", [env_id for env_id in DISCRETE_ENV_IDS if not make_envs(env_id, 1).structured])
@@ -285,7 +287,7 @@ def test_bad_actions_raise_helpful_errors(env_id, actions, error, message):
     env = make_envs(env_id, NUM_ENVS, seed=0)
     env.reset()
     with pytest.raises(error, match=message.replace("[", r"\[").replace(".", r"\.")):
-        env.step(actions(NUM_ENVS, env.num_actions))
+        env.step(actions(env.num_envs, env.num_actions))
 
 
 @pytest.mark.parametrize("env_id", BOX_ENV_IDS)
