@@ -307,7 +307,7 @@ class TransitionsDataModule(L.LightningDataModule):
             self.transitions, self.batch_size, self.steps_per_epoch, self.generator, rank, world_size
         )
         self._sampler.batches_drawn = self.batches_drawn
-        return DataLoader(self._sampler, batch_size=None, num_workers=0)
+        return _ResumableLoader(self._sampler)
 
     def _drawn(self) -> int:
         return self._sampler.batches_drawn if self._sampler is not None else self.batches_drawn
@@ -322,6 +322,24 @@ class TransitionsDataModule(L.LightningDataModule):
         self.batches_drawn = int(state_dict["batches_drawn"])
         if self._sampler is not None:
             self._sampler.batches_drawn = self.batches_drawn
+
+
+class _ResumableLoader(DataLoader):
+    """The sampler as built, one batch per item (no collation, no workers). Its state lives in the DataModule's
+    ``state_dict``; it says it is resumable, so Lightning does not warn on a resume inside an epoch."""
+
+    def __init__(self, sampler: UniformBatches):
+        super().__init__(sampler, batch_size=None, num_workers=0, collate_fn=_as_built)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing: the DataModule's state restores the sampler."""
+
+
+def _as_built(batch: Any) -> Any:
+    return batch
 
 
 def fill_replay_buffer(buffer: ReplayBuffer, transitions: Transitions) -> int:

@@ -204,13 +204,11 @@ def read_rows(path: str | Path) -> Arrays:
     if missing:
         raise ValueError(f"{path} lacks the arrays {missing} (it has {sorted(arrays)})")
     rows = {ROW_NAMES[name]: arrays[name] for name in ROW_NAMES}
-    count = len(rows["rewards"])
-    for name, value in [
-        *rows.items(),
-        *([(NEXT_OBSERVATIONS, arrays[NEXT_OBSERVATIONS])] if NEXT_OBSERVATIONS in arrays else []),
-    ]:
-        if value.ndim == 0 or len(value) != count:
-            raise ValueError(f"{path}: {name} has {len(value) if value.ndim else 0} rows, rewards has {count}")
+    count = len(arrays["rewards"]) if arrays["rewards"].ndim else 0
+    for name in (*ROW_NAMES, *([NEXT_OBSERVATIONS] if NEXT_OBSERVATIONS in arrays else [])):
+        rows_in = len(arrays[name]) if arrays[name].ndim else 0
+        if rows_in != count or count == 0:
+            raise ValueError(f"{path}: {name} has {rows_in} rows, rewards has {count} (one row per transition)")
     for name in ("terminated", "truncated"):
         rows[name] = _as_flags(rows[name], f"{path}: {name}")
     if NEXT_OBSERVATIONS in arrays:
