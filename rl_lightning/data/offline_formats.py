@@ -1,4 +1,5 @@
-"""Offline datasets on disk: the readers and writers behind :mod:`rl_lightning.data.offline`.
+"""Offline datasets on disk: the readers and writers behind :mod:`rl_lightning.data.offline`, and the recorder of
+new ones (:func:`record_episodes`, behind ``scripts/record_dataset.py``).
 
 Every reader returns plain numpy arrays by name (``obs``, ``actions``, ``rewards``, ``terminated``, ``truncated``,
 ``next_obs``, one row per transition) and the dataset's gymnasium spaces where the file states them (Minari), else
@@ -21,13 +22,19 @@ Nothing in a dataset file is executed: no pickle, and Minari's env spec stays te
 from __future__ import annotations
 
 import json
+import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
+from torch import Tensor
+
+from rl_lightning._checks import check_float, check_int, check_seed
+from rl_lightning.envs.base import VectorEnv
 
 #: The array names of the row layout, and the names the readers give them.
 ROW_NAMES = {
@@ -266,3 +273,119 @@ def write_rows(path: str | Path, rows: Arrays) -> Path:
     else:
         raise ValueError(f"{path}: a dataset file must end in .npz, .h5 or .hdf5")
     return path
+
+
+# -- recording ----------------------------------------------------------------------------------------------------
+
+
+def split_evenly(total: int, parts: int) -> list[int]:
+    """``total`` split over ``parts`` as evenly as ints go, the first parts one larger."""
+    return [total // parts + (part < total % parts) for part in range(parts)]
+
+
+@torch.no_grad()
+def record_episodes(
+    envs: VectorEnv,
+    actor: Callable[[Tensor, Tensor], Tensor] | None,
+    noise_levels: Sequence[float],
+    num_episodes: int | None = None,
+    num_steps: int | None = None,
+    seed: int = 0,
+) -> tuple[list[dict[str, np.ndarray]], list[float]]:
+    """Play ``envs`` (one env copy) and keep its episodes in Minari's form; returns them and each one's noise level.
+
+    The episodes (or steps) are split evenly over ``noise_levels``, played in their order: at level ``sigma`` a
+    ``Box`` action gets Gaussian noise of std ``sigma`` times half the action range (``sigma`` itself where a bound is
+    infinite), clipped to the bounds; a ``Discrete`` one is replaced by a uniformly random action with probability
+    ``sigma``. With ``num_steps``, a level's last episode is cut where its steps run out: marked truncated, with its
+    true last observation.
+
+    Args:
+        envs: the env, ``num_envs == 1``, a Box observation.
+        actor: ``actor(obs, episode_start) -> actions`` (e.g. ``module.greedy_actor()``); None: uniformly random.
+        noise_levels: the levels, each in [0, 1] for Discrete actions, >= 0 for Box ones.
+        num_episodes, num_steps: how much to record: exactly one of the two.
+        seed: seeds the env's reset and the noise.
+    """
+    if envs.num_envs != 1:
+        raise ValueError(f"record_episodes plays one env copy, got num_envs={envs.num_envs}")
+    if isinstance(envs.obs_shape, dict):
+        raise ValueError("offline datasets take Box observations, for now; this env's are a Dict")
+    if envs.action_kind not in ("discrete", "box"):
+        raise ValueError(f"offline datasets take Discrete or Box actions, this env's are {envs.action_kind}")
+    if (num_episodes is None) == (num_steps is None):
+        raise ValueError("record_episodes needs exactly one of num_episodes and num_steps")
+    levels = [
+        check_float("noise", level, 0.0, 1.0 if envs.action_kind == "discrete" else math.inf) for level in noise_levels
+    ]
+    if not levels:
+        raise ValueError("noise_levels must hold at least one level (0.0: the policy's own actions)")
+    total = check_int("num_episodes" if num_steps is None else "num_steps", num_episodes or num_steps, len(levels))
+    generator = torch.Generator().manual_seed(check_seed("seed", seed))
+    if envs.action_kind == "box":
+        low, high = envs.single_action_space.low, envs.single_action_space.high
+        finite = np.isfinite(low) & np.isfinite(high)
+        scale = torch.as_tensor(np.where(finite, (high - low) / 2, 1.0), dtype=torch.float32)
+        low_t, high_t = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
+    episodes, noise_of = [], []
+    obs, _ = envs.reset(seed=seed)
+    start = torch.ones(1, dtype=torch.bool)
+    for level, budget in zip(levels, split_evenly(total, len(levels)), strict=True):
+        steps_left = budget if num_steps is not None else math.inf
+        episodes_left = budget if num_episodes is not None else math.inf
+        current: dict[str, list[Any]] = {name: [] for name in ("observations", "actions", "rewards", "terms", "truncs")}
+        while episodes_left > 0 and steps_left > 0:
+            if actor is None:
+                actions = envs.random_actions(generator).cpu()
+            else:
+                actions = torch.as_tensor(actor(obs, start)).cpu()
+            if envs.action_kind == "box":
+                actions = actions.float()
+                if level > 0:
+                    actions = actions + level * scale * torch.randn(actions.shape, generator=generator)
+                actions = torch.maximum(torch.minimum(actions, high_t), low_t)
+            elif level > 0:
+                explore = torch.rand(1, generator=generator) < level
+                random = torch.randint(0, envs.num_actions, (1,), generator=generator)
+                actions = torch.where(explore, random, actions.long())
+            next_obs, reward, terminated, truncated, info = envs.step(actions.to(envs.device))
+            steps_left -= 1
+            done = bool(terminated[0] | truncated[0])
+            cut = not done and steps_left == 0
+            current["observations"].append(obs[0].cpu().numpy())
+            current["actions"].append(actions[0].numpy())
+            current["rewards"].append(float(reward[0]))
+            current["terms"].append(bool(terminated[0]))
+            current["truncs"].append(bool(truncated[0]) or cut)
+            start = terminated | truncated
+            if done or cut:
+                last = info["final_observation"] if done else next_obs
+                episodes.append(
+                    {
+                        "observations": np.stack([*current["observations"], last[0].cpu().numpy()]),
+                        "actions": np.stack(current["actions"]),
+                        "rewards": np.asarray(current["rewards"], dtype=np.float64),
+                        "terminations": np.asarray(current["terms"]),
+                        "truncations": np.asarray(current["truncs"]),
+                    }
+                )
+                noise_of.append(level)
+                current = {name: [] for name in current}
+                episodes_left -= 1
+            if cut:  # the env's episode goes on: start a fresh one for the next level
+                next_obs, _ = envs.reset()
+                start = torch.ones(1, dtype=torch.bool)
+            obs = next_obs
+    return episodes, noise_of
+
+
+def episodes_to_rows(episodes: Sequence[dict[str, np.ndarray]]) -> Arrays:
+    """Minari-form episodes as one row per transition (the readers' names, with ``next_obs``)."""
+    return {
+        "obs": np.concatenate([e["observations"][:-1] for e in episodes]),
+        "actions": np.concatenate([e["actions"] for e in episodes]),
+        "rewards": np.concatenate([e["rewards"] for e in episodes]),
+        "terminated": np.concatenate([e["terminations"] for e in episodes]),
+        "truncated": np.concatenate([e["truncations"] for e in episodes]),
+        "next_obs": np.concatenate([e["observations"][1:] for e in episodes]),
+    }
