@@ -1,12 +1,16 @@
 """rl_lightning: reinforcement learning written as ordinary PyTorch Lightning."""
 
 from rl_lightning.algos import (
+    BCModule,
     DQNModule,
+    IQLModule,
+    OfflineModule,
     OffPolicyModule,
     OnPolicyModule,
     PPOModule,
     RLModule,
     SACModule,
+    TD3BCModule,
     TD3Module,
     VPGModule,
 )
@@ -35,6 +39,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Acrobot",
     "AleVectorEnv",
+    "BCModule",
     "CartPole",
     "DQNModule",
     "EnvPoolVectorEnv",
@@ -42,9 +47,11 @@ __all__ = [
     "GreedyPlay",
     "GymnasiumVectorEnv",
     "HERSettings",
+    "IQLModule",
     "MountainCar",
     "MountainCarContinuous",
     "OffPolicyModule",
+    "OfflineModule",
     "OnPolicyModule",
     "PPOModule",
     "Pendulum",
@@ -52,6 +59,7 @@ __all__ = [
     "QNetwork",
     "RLModule",
     "SACModule",
+    "TD3BCModule",
     "TD3Module",
     "Transitions",
     "TransitionsDataModule",

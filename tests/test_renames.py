@@ -18,7 +18,7 @@ from fake_module import FakeModule
 from quiet_trainer import quiet_trainer
 from torch import nn
 
-from rl_lightning import DQNModule, PPOModule, SACModule, TD3Module, VPGModule
+from rl_lightning import BCModule, DQNModule, IQLModule, PPOModule, SACModule, TD3BCModule, TD3Module, VPGModule
 from rl_lightning.algos import ALGORITHMS
 from rl_lightning.callbacks.evaluation import evaluate_policy
 from rl_lightning.callbacks.target_sync import TargetNetworkSync
@@ -62,11 +62,17 @@ HISTORY = {
     SACModule: "env_id num_envs buffer_size batch_size learning_starts train_freq gradient_steps steps_per_epoch "
     "gamma n_step lr tau alpha alpha_init target_entropy num_critics hidden_sizes max_grad_norm seed "
     "checkpoint_buffer env_backend env_kwargs compile updates_per_step prioritized prioritized_alpha prioritized_beta "
-    "num_seeds target_entropy_scale target_update_env_steps adam_eps her actor_keys critic_keys",
+    "num_seeds target_entropy_scale target_update_env_steps adam_eps her actor_keys critic_keys initial_dataset",
     TD3Module: "env_id num_envs buffer_size batch_size learning_starts train_freq gradient_steps steps_per_epoch "
     "gamma n_step lr tau policy_delay target_noise target_noise_clip exploration_noise num_critics hidden_sizes "
     "max_grad_norm seed checkpoint_buffer env_backend env_kwargs compile updates_per_step prioritized "
-    "prioritized_alpha prioritized_beta num_seeds actor_keys critic_keys her",
+    "prioritized_alpha prioritized_beta num_seeds actor_keys critic_keys her initial_dataset",
+    BCModule: "env_id lr hidden_sizes normalize_obs seed dataset batch_size steps_per_epoch max_grad_norm env_backend "
+    "env_kwargs compile",
+    TD3BCModule: "env_id lr gamma tau policy_delay target_noise target_noise_clip alpha num_critics hidden_sizes "
+    "normalize_obs seed dataset batch_size steps_per_epoch max_grad_norm env_backend env_kwargs compile",
+    IQLModule: "env_id lr gamma tau expectile beta max_weight num_critics hidden_sizes scale_rewards normalize_obs "
+    "seed dataset batch_size steps_per_epoch max_grad_norm env_backend env_kwargs compile",
     TargetNetworkSync: "every_n_env_steps tau online_attr target_attr every_n_train_steps",
     QNetwork: "obs_shape num_actions hidden_sizes observation_space action_space network",
     evaluate_policy: "act env_id num_episodes seed device max_episode_steps env policy every_64_steps seed_index",

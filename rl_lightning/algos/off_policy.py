@@ -29,10 +29,10 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
-from rl_lightning._checks import SettingsError, check_bool, check_float, check_int, check_unused
+from rl_lightning._checks import SettingsError, check_bool, check_float, check_int, check_str, check_unused
 from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.schedule import linear_schedule, planned_updates
 from rl_lightning.checkpoints import gather_over_ranks
@@ -84,6 +84,7 @@ class ReplaySettings:
     prioritized_alpha: float = 0.6
     prioritized_beta: float = 0.4
     her: dict[str, Any] | None = None  # HERSettings.as_dict(): plain values
+    initial_dataset: str | None = None  # a dataset path or Minari id, in the buffer before the warm-up
 
 
 class OffPolicyModule(RLModule):
@@ -132,6 +133,12 @@ class OffPolicyModule(RLModule):
             sample time with a goal the same episode achieved, its reward (and termination) recomputed by the env's
             ``compute_reward`` (``compute_terminated``). Needs Dict observations with ``"achieved_goal"`` and
             ``"desired_goal"`` keys, n_step=1 and uniform replay. None: no relabelling.
+        initial_dataset: offline-to-online: a dataset (a path: a Minari dataset's folder, ``.npz``, ``.h5``; or a
+            Minari dataset id) put in the replay buffer when the run's source is built, before the ``learning_starts``
+            random warm-up (``rl_lightning.data.offline.fill_replay_buffer``: the newest ``buffer_size`` transitions);
+            online collection then continues as usual. A resumed run takes the buffer from its checkpoint and does not
+            add the dataset again (without ``checkpoint_buffer``, the dataset is all its buffer starts from). Not with
+            ``her`` nor ``frame_replay=True``. None: an empty buffer.
     """
 
     #: Whether the algorithm's loss takes prioritized replay's importance weights and reports its TD errors
@@ -165,6 +172,7 @@ class OffPolicyModule(RLModule):
         tau: float | None = None,
         num_seeds: int = 1,
         her: HERSettings | dict[str, Any] | None = None,
+        initial_dataset: str | None = None,
     ):
         values = locals()
         super().__init__(env_id, num_envs, seed, env_backend, env_kwargs, compile, num_seeds)
@@ -203,6 +211,13 @@ class OffPolicyModule(RLModule):
                 "(DQNModule, SACModule and TD3Module do; an algorithm on the off-policy layer that does sets "
                 "supports_prioritized = True): use prioritized=False"
             )
+        if initial_dataset is not None:
+            check_str("initial_dataset", initial_dataset)
+            if her_settings is not None or frame_replay:
+                raise ValueError(
+                    f"initial_dataset={initial_dataset!r} fills a plain replay buffer with whole observations: not "
+                    "with her (Dict observations) nor frame_replay=True (single frames); drop one of them"
+                )
         self._num_envs = num_envs
         #: The replay settings of the layer.
         values["her"] = None if her_settings is None else her_settings.as_dict()
@@ -262,7 +277,7 @@ class OffPolicyModule(RLModule):
         replay = self.replay
         # Under DDP each process plays its share of learning_starts: fewer steps of its own.
         check_warmup_settings(replay.learning_starts, self._num_envs, replay.n_step, replay.train_freq, self.world_size)
-        return ReplaySource(
+        source = ReplaySource(
             envs,
             self.explore,
             buffer_size=replay.buffer_size,
@@ -281,6 +296,26 @@ class OffPolicyModule(RLModule):
             prioritized_beta=self.prioritized_beta_at,
             her=HERSettings.of(replay.her),
         )
+        if replay.initial_dataset is not None and not self._restores_buffer():
+            self._add_initial_dataset(source.buffer)
+        return source
+
+    def _restores_buffer(self) -> bool:
+        """Whether this source is about to be restored with a checkpoint's replay buffer (``build_source`` restores
+        it after ``make_source``)."""
+        states = self._restored_sources
+        rank = self.global_rank
+        state = states[rank] if states is not None and rank < len(states) else None
+        return isinstance(state, dict) and state.get("buffer") is not None
+
+    def _add_initial_dataset(self, buffer: Any) -> None:
+        """``initial_dataset``'s transitions into ``buffer`` (checked against the env's spaces first)."""
+        from rl_lightning.data.offline import fill_replay_buffer, load_transitions
+
+        transitions = load_transitions(self.replay.initial_dataset)[0]
+        transitions.check_against((self.observation_space, self.action_space))
+        count = fill_replay_buffer(buffer, transitions)
+        rank_zero_info(f"initial_dataset: {count:,} transitions of {self.replay.initial_dataset} in the replay buffer")
 
     @property
     def training_steps_per_collection(self) -> int:

@@ -13,6 +13,9 @@ ALGORITHM_MODULES = {
     "PPOModule": "rl_lightning.algos.ppo",
     "SACModule": "rl_lightning.algos.sac",
     "TD3Module": "rl_lightning.algos.td3",
+    "BCModule": "rl_lightning.algos.bc",
+    "TD3BCModule": "rl_lightning.algos.td3_bc",
+    "IQLModule": "rl_lightning.algos.iql",
 }
 #: Their class paths, as a checkpoint names its module's class (``"rl_lightning.algos.ppo.PPOModule"``).
 ALGORITHM_CLASS_PATHS = tuple(f"{module}.{name}" for name, module in ALGORITHM_MODULES.items())

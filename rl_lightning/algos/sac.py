@@ -122,6 +122,8 @@ class SACModule(OffPolicyModule):
             to the actor by itself). None: every key (a Box policy's networks read a Dict's vector keys concatenated:
             ``rl_lightning.nets.FlatKeys``; a categorical one has an encoder per key).
         critic_keys: the keys the critics read (e.g. a simulator's privileged state); None: every key.
+        initial_dataset: offline-to-online (``OffPolicyModule``): a dataset path or Minari id whose transitions fill
+            the replay buffer before the random warm-up; a resumed run does not add it again. None: none.
     """
 
     action_kinds = ("box", "discrete")
@@ -163,6 +165,7 @@ class SACModule(OffPolicyModule):
         her: HERSettings | dict[str, Any] | None = None,
         actor_keys: Sequence[str] | None = None,
         critic_keys: Sequence[str] | None = None,
+        initial_dataset: str | None = None,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         #: Whether the actions are ``Discrete`` (a categorical actor, ``rl_lightning.discrete_sac``), not a ``Box``.

@@ -94,6 +94,8 @@ class TD3Module(OffPolicyModule):
         critic_keys: the keys the critics read (e.g. a simulator's privileged state); None: every key.
         her: hindsight experience replay for goal-conditioned envs (``OffPolicyModule``): ``HERSettings`` or a dict
             (``{"strategy": "future", "k": 4}``); None: none.
+        initial_dataset: offline-to-online (``OffPolicyModule``): a dataset path or Minari id whose transitions fill
+            the replay buffer before the random warm-up; a resumed run does not add it again. None: none.
     """
 
     action_kinds = ("box",)
@@ -133,6 +135,7 @@ class TD3Module(OffPolicyModule):
         actor_keys: Sequence[str] | None = None,
         critic_keys: Sequence[str] | None = None,
         her: HERSettings | dict[str, Any] | None = None,
+        initial_dataset: str | None = None,
     ):
         super().__init__(**OffPolicyModule.layer_arguments(locals()))
         check_float("lr", lr, 0.0, low_open=True)
