@@ -5,7 +5,8 @@ VMAS simulates ``num_scenes`` copies of a scenario as tensors on one device; thi
 scene's rows' ``"obs"`` concatenated in agent order (VMAS has no global state; BenchMARL's MAPPO critic reads the
 same). Episodes end per scene (VMAS's own per-scene done, read with ``terminated_truncated=True``, so that the
 ``max_steps`` limit is a truncation and the scenario's own end a termination); a scene that ends is reset alone
-(``reset_at``).
+(``reset_at``, one call per scene: the step reads back which scenes ended, one host read, as VMAS's own code does
+elsewhere).
 
 Randomness: VMAS draws from torch's (and numpy's, Python's) *global* RNG, swapped in and out around each call by
 VMAS for all of its instances together. The adapter keeps its own saved states (CPU torch, numpy, Python, and the
