@@ -129,7 +129,7 @@ class RLModule(SeedMembers, Acting, PolicySharing, GreedyEvaluation, CheckpointP
             env_backend == "auto" and not is_native_env_id(env_id)
         )
         #: Whether ``make_envs(render=True)`` builds envs that render their own frames (gymnasium's, EnvPool's).
-        self._renders_frames = self._gymnasium_env or env_backend == "envpool"
+        self._renders_frames = self._gymnasium_env or env_backend in ("envpool", "pettingzoo")
         # A one-copy instance of the env gives its spaces (and checks env_id and the action space).
         spec_env = _envs.spec_env(self, env_id, num_envs, seed)
         self._env_class = type(spec_env)

@@ -297,7 +297,7 @@ class ReplaySource(EnvSource):
         buffer past that point (a run resumed without its buffer) is refilled the same way."""
         done_already = self.env_steps if self.buffer.size > 0 else 0
         missing = self.learning_starts - done_already
-        vector_steps = math.ceil(max(missing, 0) / (self.envs.num_envs * self.world_size))
+        vector_steps = math.ceil(max(missing, 0) / (self.envs.env_steps_per_step * self.world_size))
         while vector_steps > 0:  # in chunks, so that a SIGTERM is heard during a long warm-up
             self.check_stop()
             chunk = min(vector_steps, _WARMUP_CHUNK)
@@ -312,7 +312,7 @@ class ReplaySource(EnvSource):
         nvec = envs.action_nvec.tolist() if envs.action_kind == "multi_discrete" else None
         empty = rows_without_legal_action(mask, nvec)
         if bool(empty.any()):
-            steps_done = self.env_steps // (envs.num_envs * self.world_size) + step
+            steps_done = self.env_steps // (envs.env_steps_per_step * self.world_size) + step
             rows = empty.nonzero().flatten().tolist()
             raise ValueError(
                 f"{getattr(envs, 'env_id', type(envs).__name__)!r} at "

@@ -114,7 +114,7 @@ class EnvSource(IterableDataset):
 
     def count(self, vector_steps: int) -> None:
         """Count ``vector_steps`` lock-step steps of every env of every process."""
-        self.env_steps += vector_steps * self.envs.num_envs * self.world_size
+        self.env_steps += vector_steps * self.envs.env_steps_per_step * self.world_size
 
     def state_dict(self) -> dict[str, Any]:
         """Envs, generator, counters, the current obs and the running episodes: a restored source

@@ -295,6 +295,12 @@ class VectorEnv:
         self.seed(int(torch.randint(0, 2**62, (1,), generator=self.generator).item()))
         self._reset_all()
 
+    @property
+    def env_steps_per_step(self) -> int:
+        """The env steps one lock-step :meth:`step` counts: ``num_envs`` (a multi-agent env's ``num_scenes``: a frame
+        per scene, whatever its agents, as VMAS and BenchMARL count)."""
+        return self.num_envs
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(num_envs={self.num_envs}, device={self.device})"
 

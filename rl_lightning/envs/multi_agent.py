@@ -47,12 +47,12 @@ from torch import Tensor
 
 from rl_lightning._checks import check_int
 from rl_lightning.envs.base import VectorEnv
-from rl_lightning.envs.spaces import ACTION_MASK_KEY, TensorTree
+from rl_lightning.envs.spaces import ACTION_MASK_KEY, ACTIVE_KEY, AGENT_ID_KEY, GLOBAL_STATE_KEY, TensorTree
 
+#: The observation key of an agent's own observation (the keys of a row live in ``rl_lightning.envs.spaces``, below
+#: the networks that read them).
 OBS_KEY = "obs"
-AGENT_ID_KEY = "agent_id"
-STATE_KEY = "state"
-ACTIVE_KEY = "active"
+STATE_KEY = GLOBAL_STATE_KEY
 #: The extra that installs the multi-agent backends.
 MULTIAGENT_EXTRA = 'pip install "rl_lightning[multiagent]"'
 
@@ -127,6 +127,12 @@ class MultiAgentVectorEnv(VectorEnv):
         super().__init__(self.num_scenes * self.num_agents, seed, device)
         #: float32 ``(num_envs, num_agents)``: each row's one-hot agent id.
         self.agent_ids = torch.eye(self.num_agents, device=self.device).repeat(self.num_scenes, 1)
+
+    @property
+    def env_steps_per_step(self) -> int:
+        """A step counts one env step (frame) per scene, not per agent: env steps and the schedules keyed on them
+        count as VMAS and BenchMARL count frames, and a module's ``num_envs`` (scenes) plans them."""
+        return self.num_scenes
 
     def scene_rows(self, per_scene: Tensor) -> Tensor:
         """``(num_scenes, *shape)`` -> ``(num_envs, *shape)``: each scene's value on each of its rows."""

@@ -155,4 +155,4 @@ def test_ppo_builds_and_fits_two_steps_on_vmas():
     )
     quiet_fit(module, 2)
     assert module.source.envs.num_envs == 12  # 4 scenes x 3 agents
-    assert module.env_steps == 12 * 8  # rows' steps of one rollout (both updates from it); per scene: 4 * 8
+    assert module.env_steps == 4 * 8  # a frame per scene per step (VMAS's and BenchMARL's count), not per agent row

@@ -269,3 +269,13 @@ def test_ppo_charts_each_agent_s_return_and_the_team_s(tmp_path):
     assert metrics["charts/team_return"].item() == 6.0
     assert metrics["charts/episodic_return"].item() == 3.0
     assert metrics["charts/episodic_length"].item() == EPISODE
+
+
+def test_env_steps_count_a_frame_per_scene_as_the_run_plans_them():
+    module = PPOModule(env_id="RoleAssignment-v0", num_envs=2, num_steps_per_rollout=8, num_minibatches=2)
+    updates = 2 * module.training_steps_per_collection  # two rollouts
+    quiet_trainer(max_steps=updates).fit(module)
+    assert module.source.envs.num_envs == 6  # 2 scenes x 3 agents
+    assert module.env_steps == 2 * 2 * 8 == module.planned_env_steps(updates)  # scenes x steps x rollouts
+    # so the learning rate's linear decay ends where the run does
+    assert module.trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(module.hparams.lr / 2)
