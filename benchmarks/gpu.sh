@@ -8,10 +8,12 @@
 #      whole_update, plain loop, SB3 on the CPU);
 #   4. issue 49's many seeds (benchmarks/bench_seeds.py: PPO CartPole with 1, 16 and 256 seeds in one process);
 #   5. benchmarks/bench_gpu.py (env throughput next to gymnax, time to solve on GPU and CPU, bf16), with what is
-#      left of the budget.
+#      left of the budget;
+#   6. issue 51's multi-agent throughput (benchmarks/bench_marl.py --device cuda: raw VMAS balance, VmasVectorEnv,
+#      IPPO/MAPPO training iterations at 600 scenes), if 30 s of the budget are left.
 # It ends with the goals' table (target / measured / met / how). Each step's log (and gpu_goals.md, gpu.md,
-# engine_cuda.md) goes to $OUT (or benchmarks/results/). Meant for a GPU machine whose torch has CUDA; needs this
-# project and its runtime dependencies importable (pip install -e ".[dev]", or PYTHONPATH), stable-baselines3 for
+# engine_cuda.md, marl_cuda.md) goes to $OUT (or benchmarks/results/). Meant for a GPU machine whose torch has CUDA;
+# needs this project and its runtime dependencies importable (pip install -e ".[dev]", or PYTHONPATH), stable-baselines3 for
 # the SB3 column, and, for the gymnax comparison, gymnax and JAX.
 #   bash benchmarks/gpu.sh
 #   DEVICE=cpu QUICK=1 bash benchmarks/gpu.sh    # a dry run of every step on the CPU, tiny sizes (a few minutes)
@@ -53,5 +55,14 @@ timeout "$(cap 100)" "$python" benchmarks/bench_seeds.py --device "$device" --ro
 echo "== bench_gpu.py on $device"
 timeout "$(cap 100)" "$python" benchmarks/bench_gpu.py --device "$device" "${quick[@]}" --out "$out/gpu.md" 2>&1 \
     | quiet | tee "$out/gpu_bench.log" | tail -n 40
+if [ $((deadline - SECONDS)) -ge 30 ]; then
+    echo "== issue 51: multi-agent PPO on VMAS balance on $device (bench_marl.py: raw VMAS, VmasVectorEnv, IPPO/MAPPO)"
+    marl=(--scenes 600 --repeats 1 --rollouts 2)
+    [ -n "${QUICK:-}" ] && marl=(--quick)
+    timeout "$(cap 120)" "$python" benchmarks/bench_marl.py --device "$device" "${marl[@]}" \
+        --out "$out/marl_$device.md" 2>&1 | quiet | tee "$out/marl_bench.log" | tail -n 12
+else
+    echo "== issue 51 (bench_marl.py): skipped, under 30 s of the budget left"
+fi
 echo "== gpu.sh: $SECONDS s; issue 48's goals:"
 cat "$out/gpu_goals.md" 2>/dev/null || echo "(no goals table: its step did not run)"
