@@ -174,13 +174,13 @@ class RLModule(SeedMembers, Acting, PolicySharing, GreedyEvaluation, CheckpointP
         ``critic_keys``, None: every key; ``rl_lightning.envs.spaces.observation_view``). The actor's becomes
         ``policy_observation_space``: ``act``, ``evaluate_policy``, every export and the Hub folder's policy take
         only those keys, so a deployed policy never asks for the critic's privileged state. On a multi-agent env
-        (``num_agents > 1``) None is every key but the scene's global ``"state"``: each agent acts on what it
-        observes (decentralised execution), and the critic reads the same unless ``critic_keys`` says otherwise
-        (IPPO; MAPPO's centralised critic is ``critic_keys=["state", "agent_id"]``)."""
+        (``num_agents > 1``) None is every key but the scene's global ``"state"`` (and ``"active"``, which only
+        weighs the losses): each agent acts on what it observes (decentralised execution), and the critic reads the
+        same unless ``critic_keys`` says otherwise (IPPO; MAPPO's centralised critic is ``critic_keys=["state",
+        "agent_id"]``)."""
         if self.num_agents > 1 and actor_keys is None:
-            actor_keys = [
-                key for key in self.observation_space.spaces if key not in (GLOBAL_STATE_KEY, ACTION_MASK_KEY)
-            ]
+            not_features = (GLOBAL_STATE_KEY, ACTION_MASK_KEY, ACTIVE_KEY)  # "active" only weighs the losses
+            actor_keys = [key for key in self.observation_space.spaces if key not in not_features]
         if self.num_agents > 1 and critic_keys is None:
             critic_keys = [key for key in actor_keys if key != ACTION_MASK_KEY]
         actor = observation_view(self.observation_space, actor_keys, "actor_keys", policy=True)
