@@ -265,7 +265,7 @@ def start_line(trainer: L.Trainer, module: Any, note: str | None = None, run_dir
     from rl_lightning.callbacks.schedule import planned_env_steps, planned_updates
 
     parameters = sum(p.numel() for p in module.parameters() if p.requires_grad)
-    envs = counted(module.hparams.num_envs, "env")
+    envs = counted(module.hparams.get("num_envs", 1), "env")  # an offline module (no num_envs) plays one env
     seeds = getattr(module, "num_seeds", 1)
     if seeds > 1:  # each seed its own envs; the budget is each seed's
         seed = module.hparams.seed
