@@ -146,7 +146,10 @@ def test_model_short_names_select_our_modules_and_nothing_else(capsys):
         main(["fit", "--model", "lightning.pytorch.demos.boring_classes.BoringModel"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "--model must be one of VPGModule, DQNModule, PPOModule, SACModule, TD3Module, got lightning.pytorch" in err
+    assert (
+        "--model must be one of VPGModule, DQNModule, PPOModule, SACModule, TD3Module, BCModule, TD3BCModule, "
+        "IQLModule, got lightning.pytorch" in err
+    )
 
 
 def test_dqn_config_fits_with_tiny_settings(tmp_path):
