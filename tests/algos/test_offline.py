@@ -310,3 +310,20 @@ def test_without_initial_dataset_nothing_changes():
     quiet_trainer(max_steps=2).fit(module)
     assert module.source.buffer.size == 20 + 2 * 2 and module.replay.initial_dataset is None
     assert np.isclose(module.hparams.tau, 0.005)
+
+
+@pytest.mark.parametrize("module_class", [TD3BCModule, IQLModule])
+def test_the_hub_folder_and_a_checkpoint_keep_the_dataset_statistics(module_class, pendulum, tmp_path):
+    module = module_class(normalize_obs=True, **SMALL)
+    trainer = quiet_trainer(max_steps=3)
+    trainer.fit(module, datamodule=_datamodule(pendulum))
+    obs = torch.randn(6, 3)
+    module.save_pretrained(tmp_path / "hub", eval_episodes=2, video_steps=0, export_formats=())
+    loaded = module_class.from_pretrained(tmp_path / "hub")
+    assert torch.equal(loaded.obs_normalizer.stats.mean, module.obs_normalizer.stats.mean)
+    assert torch.equal(loaded.act(obs, greedy=True), module.act(obs, greedy=True))
+    trainer.save_checkpoint(tmp_path / "offline.ckpt")
+    restored = module_class.load_from_checkpoint(tmp_path / "offline.ckpt")
+    assert torch.equal(restored.act(obs, greedy=True), module.act(obs, greedy=True))
+    if module_class is IQLModule:
+        assert restored.reward_scale.item() == module.reward_scale.item() > 0
