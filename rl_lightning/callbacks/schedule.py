@@ -30,7 +30,9 @@ def planned_updates(trainer: L.Trainer, pl_module: object) -> float:
     trainer.estimated_stepping_batches  # noqa: B018 (builds the data source where it is not built yet)
     by_steps = math.inf if trainer.max_steps == -1 else trainer.max_steps
     epochs = trainer.max_epochs
-    by_epochs = math.inf if epochs in (None, -1) else epochs * len(pl_module.source)
+    source = getattr(pl_module, "source", None)  # None: an offline module, whose datamodule's loader sets the epoch
+    per_epoch = len(source) if source is not None else trainer.num_training_batches
+    by_epochs = math.inf if epochs in (None, -1) else epochs * per_epoch
     return float(min(by_steps, by_epochs))
 
 

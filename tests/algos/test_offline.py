@@ -327,3 +327,12 @@ def test_the_hub_folder_and_a_checkpoint_keep_the_dataset_statistics(module_clas
     assert torch.equal(restored.act(obs, greedy=True), module.act(obs, greedy=True))
     if module_class is IQLModule:
         assert restored.reward_scale.item() == module.reward_scale.item() > 0
+
+
+def test_a_run_of_epochs_plans_the_datamodules_updates(pendulum):
+    from rl_lightning.callbacks.schedule import planned_updates
+
+    module = BCModule(**SMALL)
+    trainer = quiet_trainer(max_epochs=2)
+    trainer.fit(module, datamodule=_datamodule(pendulum))  # 10 batches per epoch
+    assert trainer.global_step == 20 == planned_updates(trainer, module) == module.env_steps
