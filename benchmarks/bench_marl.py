@@ -1,7 +1,7 @@
 """Multi-agent PPO on VMAS ``balance`` (4 agents): the adapter's and the training's throughput against VMAS itself, and
 a short IPPO-vs-MAPPO learning run at equal frames.
 
-    python benchmarks/bench_marl.py [--quick] [--device cpu] [--threads 2] [--scenes 60] [--repeats 3]
+    python benchmarks/bench_marl.py [--quick] [--device cpu] [--threads 1] [--scenes 60] [--repeats 3]
                                     [--rollouts 3] [--learn_frames 0] [--learn_scenes 600]
                                     [--out benchmarks/results/marl_bench.md] [--no-write]
 
@@ -205,8 +205,8 @@ def greedy_return(module: PPOModule, env_kwargs: dict[str, Any], device: torch.d
 class _EveryFrames(L.Callback):
     """Evaluates at the end of a rollout once another ``every`` frames have passed; keeps its time apart."""
 
-    def __init__(self, every: int, env_kwargs: dict[str, Any], device: torch.device):
-        self.every, self.env_kwargs, self.device = every, env_kwargs, device
+    def __init__(self, label: str, every: int, env_kwargs: dict[str, Any], device: torch.device):
+        self.label, self.every, self.env_kwargs, self.device = label, every, env_kwargs, device
         self.next, self.curve, self.eval_seconds = every, [], 0.0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -214,6 +214,7 @@ class _EveryFrames(L.Callback):
             start = time.perf_counter()
             self.curve.append((pl_module.env_steps, greedy_return(pl_module, self.env_kwargs, self.device)))
             self.eval_seconds += time.perf_counter() - start
+            print(f"{self.label} at {self.curve[-1][0]:,} frames: {self.curve[-1][1]:.2f}", flush=True)
             while self.next <= pl_module.env_steps:
                 self.next += self.every
 
@@ -233,7 +234,7 @@ def learning_run(
     module = build_module(algorithm, num_scenes, num_steps, env_kwargs, seed)
     rollouts = math.ceil(frames / (num_scenes * num_steps))
     curve = [(0, greedy_return(module.to(device), env_kwargs, device))]
-    callback = _EveryFrames(eval_every, env_kwargs, device)
+    callback = _EveryFrames(algorithm, eval_every, env_kwargs, device)
     start = time.perf_counter()
     _trainer(rollouts * module.training_steps_per_collection, device, [callback]).fit(module)
     seconds = time.perf_counter() - start - callback.eval_seconds
@@ -278,9 +279,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run (module docstring)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (2 ran VMAS 5-20x slower on a shared 2-core machine)"
+    )
     parser.add_argument("--scenes", type=int, default=60, help="scenes of the throughput rows")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="throughput repeats; 0: no throughput rows")
     parser.add_argument("--rollouts", type=int, default=3, help="training iterations per training row (>= 2)")
     parser.add_argument("--learn_frames", type=int, default=0, help="frames per learning run; 0: none")
     parser.add_argument("--learn_scenes", type=int, default=600, help="scenes of the learning runs (configs: 600)")
@@ -316,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
             for algorithm in CONFIGS
         },
     }
-    rates = interleaved(measure, args.repeats)
+    rates = interleaved(measure, args.repeats) if args.repeats else {}
     command = "python benchmarks/bench_marl.py " + (
         "--quick"
         if args.quick
@@ -324,19 +327,18 @@ def main(argv: list[str] | None = None) -> None:
         f"--rollouts {args.rollouts} --learn_frames {args.learn_frames} --learn_scenes {args.learn_scenes} "
         f"--seed {args.seed}"
     )
-    lines = [
-        "# Multi-agent PPO on VMAS balance",
-        "",
-        f"`{command}` (settings: the script's docstring)",
-        "",
-        f"## Throughput on {args.device}: {scenes} scenes x {num_steps} steps, 4 agents",
-        "",
-        f"Frames (scene steps) per second, {args.repeats} interleaved repeat(s); training rows: "
-        f"{args.rollouts - 1} timed iteration(s) of {scenes * num_steps:,} frames each.",
-        "",
-        *throughput_table(rates),
-    ]
-    print("\n".join(lines[-len(rates) - 2 :]), flush=True)
+    lines = ["# Multi-agent PPO on VMAS balance", "", f"`{command}` (settings: the script's docstring)"]
+    if rates:
+        lines += [
+            "",
+            f"## Throughput on {args.device}: {scenes} scenes x {num_steps} steps, 4 agents",
+            "",
+            f"Frames (scene steps) per second, {args.repeats} interleaved repeat(s); training rows: "
+            f"{args.rollouts - 1} timed iteration(s) of {scenes * num_steps:,} frames each.",
+            "",
+            *throughput_table(rates),
+        ]
+        print("\n".join(lines[-len(rates) - 2 :]), flush=True)
     if args.learn_frames:
         lines += [
             "",
@@ -355,7 +357,9 @@ def main(argv: list[str] | None = None) -> None:
             lines.append(f"| {algorithm} | {_curve(curve)} | {frames:,} | {seconds:.0f} | {frames / seconds:,.0f} |")
             print(lines[-1], flush=True)
     versions = {name: version(name) for name in ("torch", "lightning", "vmas")}
-    machine = machine_line(versions, load_before).replace("1 torch thread", f"{args.threads} torch threads")
+    machine = machine_line(versions, load_before).replace(
+        "1 torch thread", f"{args.threads} torch thread{'s' * (args.threads > 1)}"
+    )
     lines += ["", machine if device.type == "cpu" else f"{torch.cuda.get_device_name(device)}; {machine}", ""]
     if args.no_write:
         print("\n".join(lines))
