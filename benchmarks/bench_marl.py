@@ -3,16 +3,17 @@ a short IPPO-vs-MAPPO learning run at equal frames.
 
     python benchmarks/bench_marl.py [--quick] [--device cpu] [--threads 1] [--scenes 60] [--repeats 3]
                                     [--rollouts 3] [--learn_frames 0] [--learn_scenes 600]
-                                    [--out benchmarks/results/marl_bench.md] [--no-write]
+                                    [--eval_every 120000] [--seed 1] [--out benchmarks/results/marl.md] [--no-write]
 
 Throughput, in frames per second (a frame is one step of one scene, as VMAS and BenchMARL count; the env's rows are
 scenes x agents), at configs/{ippo,mappo}_vmas_balance.yaml's env settings (4 agents, max_steps 100, the package's
 mass 5, random package position on the line, continuous actions), ``--scenes`` scenes, ``num_steps_per_rollout``
-(100) steps per measurement after one untimed warm-up pass, interleaved ``--repeats`` times in the order a, b, c, d,
-medians reported with their ratio to (a):
+(100) steps per measurement from a fresh reset (after ``WARM_UP_STEPS`` untimed ones), interleaved ``--repeats`` times
+in the order a, a', b, c, d, medians reported with their ratio to (a):
 
   a. raw VMAS: ``vmas.make_env("balance", ...)`` stepped with ``env.get_random_action(agent)`` for every agent, the
      scenes that end reset one by one with ``env.reset_at(index)`` (as TorchRL's ``VmasEnv``, BenchMARL's env, does);
+  a'. the same, but one ``env.reset()`` at a step where every scene ended (the ``max_steps`` limit);
   b. ``make_envs("balance", num_envs=scenes, backend="vmas", ...)`` (``VmasVectorEnv``: rows, the Dict observation,
      the private RNG, the same per-scene resets) stepped with ``envs.random_actions``;
   c./d. one whole IPPO / MAPPO training iteration (collection of ``scenes x 100`` frames, GAE, the config's 3 epochs x
@@ -26,8 +27,9 @@ separate VMAS env of 50 scenes (200 agent episodes, the configs' ``Evaluation``)
 per-agent undiscounted return over the 200 (balance's reward is the scene's, the same for its agents). The
 evaluations' time is not in the training seconds.
 
-``--quick``: 16 scenes, one repeat, two rollouts per training row, and a 3,200-frame learning run of each (a smoke
-test, well under a minute). ``--device cuda`` runs everything on the GPU (VMAS, the adapter and the module:
+``--quick``: 20-step episodes and rollouts, 3 scenes, one repeat, two rollouts per training row, and a 120-frame
+learning run of each (a smoke test, ~20 s). The report goes to ``--out``; text after ``NOTES_MARKER`` in an earlier
+report there is kept. ``--device cuda`` runs everything on the GPU (VMAS, the adapter and the module:
 ``Trainer(accelerator="gpu")``), synchronising before each clock read.
 """
 
