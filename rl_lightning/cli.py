@@ -32,7 +32,6 @@ from typing import Any, NoReturn
 
 import jsonargparse
 import lightning as L
-import torch
 from jsonargparse import ActionConfigFile
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -66,6 +65,7 @@ from rl_lightning.scripting import (
     run_loggers,
     use_run_directory,
 )
+from rl_lightning.threads import use_threads
 
 # A ``{"class_path": ...}`` value of an untyped option (``env_kwargs``' values) stays a spec for the code
 # that receives it (a wrapper spec for ``resolve_wrappers``), rather than being built by jsonargparse,
@@ -209,7 +209,7 @@ class RLLightningCLI(LightningCLI):
         if not issubclass(getattr(importlib.import_module(module_name), class_name), MODEL_CLASSES):
             names = ", ".join(model_class.__name__ for model_class in MODEL_CLASSES)
             self._usage_error(f"--model must be one of {names}, got {config.model.class_path}")
-        torch.set_num_threads(config.num_threads)
+        use_threads(config.num_threads)
         if self.subcommand == "fit" and config.get("total_env_steps") is not None:
             # EnvStepBudget sets max_steps from the budget; the epochs must not cut it short.
             config.trainer.max_steps, config.trainer.max_epochs = -1, -1
@@ -418,7 +418,7 @@ class ScriptCLI(RLLightningCLI):
             self.config = self._parse_taken(taken, source, self.model_class.__name__)
 
     def before_instantiate_classes(self) -> None:
-        torch.set_num_threads(self.config.num_threads)
+        use_threads(self.config.num_threads)
 
     def instantiate_classes(self) -> None:
         config = self.config

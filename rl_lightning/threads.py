@@ -21,12 +21,24 @@ THREADS_AT_IMPORT = torch.get_num_threads()
 SMALL_NETWORK_PARAMETERS = 1_000_000
 
 
+#: The count the user chose through :func:`use_threads` (the CLI's ``--num_threads``), even torch's default.
+_chosen: int | None = None
+
+
+def use_threads(count: int) -> None:
+    """``torch.set_num_threads(count)`` as the user's choice: a fit keeps it even where it equals torch's default
+    (``--num_threads 2`` on a 2-core machine), which :func:`one_thread_for_small_networks` cannot tell apart."""
+    global _chosen
+    torch.set_num_threads(count)
+    _chosen = count
+
+
 def one_thread_for_small_networks(module: Any) -> int | None:
     """Set torch to one CPU thread for a fit of ``module`` (on the CPU, networks of at most
     :data:`SMALL_NETWORK_PARAMETERS` parameters) where the thread count is still torch's default and no
     ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` is set; returns the count to restore after the fit (None: unchanged)."""
     threads = torch.get_num_threads()
-    if threads == 1 or threads != THREADS_AT_IMPORT or module.device.type != "cpu":
+    if threads == 1 or threads != THREADS_AT_IMPORT or threads == _chosen or module.device.type != "cpu":
         return None
     if os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS"):
         return None

@@ -30,6 +30,7 @@ def two_threads_by_default(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads_module, "THREADS_AT_IMPORT", 2)
+    monkeypatch.setattr(threads_module, "_chosen", None)
     torch.set_num_threads(2)
     yield
     torch.set_num_threads(previous)
@@ -48,4 +49,10 @@ def test_a_thread_count_the_user_chose_or_large_networks_are_left_alone(two_thre
     assert _fit(VPGModule(num_envs=4, num_steps_per_rollout=8)) == 2
     monkeypatch.delenv("OMP_NUM_THREADS")
     monkeypatch.setattr(threads_module, "SMALL_NETWORK_PARAMETERS", 10_000)  # 10,934 parameters: not small
+    assert _fit(VPGModule(num_envs=4, num_steps_per_rollout=8)) == 2
+
+
+def test_a_count_chosen_through_use_threads_is_kept_even_when_it_is_torch_s_default(two_threads_by_default):
+    # the CLI's --num_threads 2 on a 2-core machine: the same count as torch's default, but chosen
+    threads_module.use_threads(2)
     assert _fit(VPGModule(num_envs=4, num_steps_per_rollout=8)) == 2
