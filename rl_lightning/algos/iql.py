@@ -75,7 +75,6 @@ class IQLModule(OfflineModule):
     """
 
     action_kinds = ("box",)
-    reads_episode_returns = True
 
     def __init__(
         self,

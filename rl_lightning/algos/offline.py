@@ -20,7 +20,7 @@ Without a datamodule, ``fit`` reads ``dataset`` (a path or a Minari dataset id) 
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -53,9 +53,6 @@ class OfflineModule(OffPolicyModule):
         env_kwargs: for gymnasium envs.
         compile: the update functions through ``torch.compile`` (``rl_lightning.compiling``).
     """
-
-    #: Whether the algorithm reads the dataset's episode returns (IQL's reward scaling).
-    reads_episode_returns: ClassVar[bool] = False
 
     def __init__(
         self,
