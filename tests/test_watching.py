@@ -2,6 +2,7 @@
 hp_metric, and one progress bar over the run's env steps."""
 
 import lightning as L
+import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -82,6 +83,17 @@ def test_the_progress_bar_replaces_lightnings_and_spans_the_run_in_env_steps(cap
     out = capsys.readouterr().out  # stdout is not a terminal under pytest: status lines, no bar
     assert "env steps 120/120 (100%)" in out and "return 1.0" in out
     assert "\r" not in out and "Epoch 0" not in out
+
+
+@pytest.mark.parametrize("rich_installed", [False, True])
+def test_lightnings_default_bar_is_replaced_whether_it_is_tqdm_or_rich(rich_installed, monkeypatch):
+    # Lightning's default bar is Rich where the rich package is installed (minari's dependencies install it)
+    from lightning.pytorch.trainer.connectors import callback_connector
+
+    monkeypatch.setattr(callback_connector, "_RICH_AVAILABLE", rich_installed)
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_model_summary=False)
+    trainer.fit(VPGModule(env_id="Probe1-v0", num_envs=2, num_steps_per_rollout=2))
+    assert type(trainer.progress_bar_callback) is RLProgressBar
 
 
 def test_status_line_has_eta_and_the_same_fields_for_every_algorithm():

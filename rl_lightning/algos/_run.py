@@ -11,7 +11,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
 
 from rl_lightning.algos import _whole_update
 from rl_lightning.callbacks.guard import check_trainer_settings
@@ -25,9 +25,11 @@ def prepare_trainer(module: Any) -> None:
     settings checked and its gradient clipping taken over (before Lightning checks the Trainer for manual
     optimisation)."""
     trainer = module.trainer
-    if type(trainer.progress_bar_callback) is TQDMProgressBar:
-        # Swapped in place rather than returned: a returned subclass of TQDMProgressBar makes
-        # Lightning say it "will override existing callbacks passed to Trainer", which the user did not pass.
+    if type(trainer.progress_bar_callback) in (TQDMProgressBar, RichProgressBar):
+        # Lightning's default bar (Rich where the rich package is installed, as minari's dependencies install it;
+        # else TQDM); a subclass of either is the user's own and stays. Swapped in place rather than returned: a
+        # returned subclass of TQDMProgressBar makes Lightning say it "will override existing callbacks passed to
+        # Trainer", which the user did not pass.
         callbacks = trainer.callbacks
         callbacks[callbacks.index(trainer.progress_bar_callback)] = RLProgressBar()
     check_trainer_settings(trainer)
