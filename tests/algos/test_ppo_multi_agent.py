@@ -13,8 +13,9 @@ import torch
 
 from rl_lightning import DQNModule, PPOModule, VPGModule
 from rl_lightning.data.episodes import EpisodeTracker
+from rl_lightning.envs import registry
 from rl_lightning.envs.multi_agent import MultiAgentVectorEnv, multi_agent_space
-from rl_lightning.envs.registry import is_native_env_id, register
+from rl_lightning.envs.registry import register
 from rl_lightning.envs.spaces import TensorTree
 from rl_lightning.losses import (
     compute_approx_kl,
@@ -61,8 +62,13 @@ class LeavingAgents(MultiAgentVectorEnv):
         return self._observe(self._t), reward, terminated, torch.zeros_like(terminated), {"final_observation": final}
 
 
-if not is_native_env_id("LeavingAgents-v0"):
+@pytest.fixture(autouse=True)
+def _leaving_agents_registered():
+    """``"LeavingAgents-v0"`` for this file's tests only (registered at import, it would join the env contract
+    tests that other files of the same worker parametrise over every registered id)."""
     register("LeavingAgents-v0", lambda num_envs, seed=None, device="cpu": LeavingAgents(num_envs, seed, device))
+    yield
+    del registry._REGISTRY["LeavingAgents-v0"]
 
 
 def quiet_trainer(**kwargs: Any) -> L.Trainer:
