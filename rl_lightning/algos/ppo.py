@@ -99,9 +99,11 @@ class PPOModule(OnPolicyModule):
             checkpoints' hyper-parameters: pass it again to ``load_from_checkpoint``.
         env_backend: ``"auto"`` (native torch env where there is one, else gymnasium's),
             ``"torch"``, ``"gymnasium"`` (the adapter, also for a native id), ``"envpool"``, ``"ale_vector"``
-            (Atari and EnvPool's MuJoCo tasks in C++: ``EnvPoolVectorEnv``, ``AleVectorEnv``) or ``"ray"``
-            (gymnasium's envs in Ray actors: ``RayVectorEnv``; ``env_kwargs={"num_workers": 2}``).
-        env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments.
+            (Atari and EnvPool's MuJoCo tasks in C++: ``EnvPoolVectorEnv``, ``AleVectorEnv``), ``"ray"``
+            (gymnasium's envs in Ray actors: ``RayVectorEnv``; ``env_kwargs={"num_workers": 2}``), ``"vmas"`` or
+            ``"pettingzoo"`` (multi-agent envs, agents as rows: ``agent_networks``; ``num_envs`` counts scenes).
+        env_kwargs: for gymnasium envs, e.g. ``{"vectorization_mode": "async"}`` or env arguments (VMAS's and
+            PettingZoo's too, e.g. ``{"n_agents": 4, "max_steps": 100}``).
         compile: the minibatch update (:func:`ppo_minibatch_loss`, forward and backward) and, on CUDA, the
             acting step through ``torch.compile`` (``rl_lightning.compiling``); a dict gives ``torch.compile``'s
             arguments (``{"backend": "aot_eager"}``); the whole update is compiled (backward, clipping, Adam;
