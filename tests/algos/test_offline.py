@@ -114,6 +114,47 @@ def test_gaussian_log_prob_and_the_weighted_loss():
     assert loss.item() == pytest.approx(3.5)
 
 
+def test_the_iql_update_is_the_papers_and_each_loss_reaches_only_its_own_parameters():
+    from rl_lightning.algos.iql import iql_losses
+
+    torch.manual_seed(0)
+    module = IQLModule(**SMALL)
+    with torch.no_grad():  # target critics unlike the online ones: the value and the advantages must read the targets
+        for parameter in module.target_critic.parameters():
+            parameter.add_(0.3 * torch.randn_like(parameter))
+    obs, next_obs, actions = torch.randn(8, 3), torch.randn(8, 3), 2 * torch.rand(8, 1) - 1
+    rewards, terminated = torch.randn(8), torch.tensor([False, True] * 4)
+    batch = ReplayBufferSamples(obs, actions, rewards, terminated, next_obs)
+    networks = (module.actor, module.actor_log_std, module.critic, module.target_critic, module.value)
+    total, _ = iql_losses(*networks, batch, 0.9, 0.7, 3.0, 100.0)
+    parts = {"actor": [*module.actor.parameters(), module.actor_log_std], "critic": list(module.critic.parameters())}
+    parts["value"] = list(module.value.parameters())
+    everything = [p for group in parts.values() for p in group]
+    got = dict(zip(parts, _split(torch.autograd.grad(total, everything), parts), strict=True))
+    # By hand, each loss alone from the paper's definitions.
+    with torch.no_grad():
+        target_q = module.target_critic(obs, actions).min(dim=0).values
+        q_target = rewards + 0.9 * (~terminated).float() * module.value(next_obs)
+        weights = torch.exp(3.0 * (target_q - module.value(obs))).clamp(max=100.0)
+    value_loss = compute_expectile_loss(target_q - module.value(obs), 0.7)
+    critic_loss = ((module.critic(obs, actions) - q_target) ** 2).mean(dim=1).sum()
+    log_probs = torch.distributions.Normal(module.actor(obs), module.actor_log_std.exp()).log_prob(actions).sum(-1)
+    actor_loss = -(weights * log_probs).mean()
+    for name, loss in (("actor", actor_loss), ("critic", critic_loss), ("value", value_loss)):
+        expected = torch.autograd.grad(loss, parts[name])
+        for have, want in zip(got[name], expected, strict=True):
+            assert torch.allclose(have, want, atol=1e-6), name
+    assert torch.allclose(total, value_loss + critic_loss + actor_loss)
+    assert all(p.grad is None for p in module.target_critic.parameters())
+
+
+def _split(grads, parts):
+    start = 0
+    for group in parts.values():
+        yield grads[start : start + len(group)]
+        start += len(group)
+
+
 # -- the modules -----------------------------------------------------------------------------------------------------
 
 
