@@ -62,4 +62,22 @@ class CollectiveStop:
         torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
         if flag.item():
             _signal_connector(trainer).received_sigterm = True  # Lightning's own checks agree too
+            disarm_child_process_observer()
         return bool(flag.item())
+
+
+#: The name of Lightning's thread that watches a launching rank's child ranks (``_ChildProcessObserver``).
+_OBSERVER_THREAD = "child-process-observer"
+
+
+def disarm_child_process_observer() -> int:
+    """Keep Lightning's child-process observer (a launching rank's thread that SIGKILLs every rank, itself included,
+    once a child rank exits with a non-zero code) from killing a run that is stopping as agreed: a rank that exits 143
+    a moment before the launching rank would otherwise turn the launching rank's 143 into -9 (SIGKILL) now and then.
+    ``run_script`` still kills ranks that do not stop within its timeout. Returns the observers disarmed."""
+    disarmed = 0
+    for thread in threading.enumerate():
+        if thread.name == _OBSERVER_THREAD and callable(getattr(thread, "_terminate_all", None)):
+            thread._terminate_all = lambda: None
+            disarmed += 1
+    return disarmed
